@@ -1,0 +1,46 @@
+"""Celery configuration shared by the API (which sends tasks by name) and the workers."""
+from __future__ import annotations
+
+from celery import Celery
+
+from common.settings import Settings, get_settings
+
+TASK_GENERATE = "llmq.generate"
+
+
+def make_celery(settings: Settings) -> Celery:
+    """A Celery app bound to llmq's Redis and namespace.
+
+    Late acks + reject-on-worker-lost: a job whose worker dies is redelivered, not lost; Redis
+    redelivers it after `visibility_timeout_s`, which must exceed the longest job. Prefetch 1 per
+    thread: a worker reserves only as many jobs as its engine can batch, leaving the rest on the
+    queue for other workers.
+    """
+    transport = {
+        "visibility_timeout": settings.visibility_timeout_s,
+        "global_keyprefix": f"{settings.namespace}:broker:",
+        "queue_order_strategy": "priority",
+    }
+    app = Celery("llmq", broker=settings.redis_url, backend=settings.redis_url)
+    app.conf.update(
+        broker_transport_options=transport,
+        result_backend_transport_options=transport,
+        broker_connection_retry_on_startup=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        task_serializer="json",
+        accept_content=["json"],
+        result_expires=settings.job_ttl_s,
+        task_track_started=True,
+        worker_send_task_events=True,
+        task_send_sent_event=True,
+        control_exchange=f"{settings.namespace}.control",
+        event_exchange=f"{settings.namespace}.events",
+        worker_hijack_root_logger=False,
+    )
+    return app
+
+
+app = make_celery(get_settings())  # for the `celery -A common.celery_app ...` CLI (Flower)

@@ -1,0 +1,50 @@
+"""Every Redis key and channel name llmq uses, in one place, all under the namespace."""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+def model_slug(model: str) -> str:
+    """A queue-safe short form of a model name or path ('Qwen/Qwen2.5-0.5B' -> 'qwen2.5-0.5b')."""
+    base = model.rstrip("/").split("/")[-1]
+    return re.sub(r"[^a-zA-Z0-9._-]+", "-", base).lower()
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Key builder. TTL policy: job, events and cancel keys get `job_ttl_s` once the job ends;
+    cache entries get `cache_ttl_s`; worker heartbeats expire after 3 heartbeats."""
+
+    ns: str
+
+    def job(self, job_id: str) -> str:
+        return f"{self.ns}:job:{job_id}"
+
+    def events(self, job_id: str) -> str:
+        """Redis Stream: the replayable token log of one job."""
+        return f"{self.ns}:job:{job_id}:events"
+
+    def channel(self, job_id: str) -> str:
+        """Pub/sub channel that wakes SSE relays when the job's stream grows."""
+        return f"{self.ns}:job:{job_id}:wake"
+
+    def cache(self, digest: str) -> str:
+        return f"{self.ns}:cache:{digest}"
+
+    @property
+    def queued(self) -> str:
+        """Sorted set of queued job ids (score: enqueue time); its size is the admission bound."""
+        return f"{self.ns}:queued"
+
+    @property
+    def workers(self) -> str:
+        """Hash worker name -> JSON info (model, pid, batch stats), refreshed by heartbeats."""
+        return f"{self.ns}:workers"
+
+    def worker_alive(self, name: str) -> str:
+        return f"{self.ns}:worker:{name}:alive"
+
+    def queue(self, model: str) -> str:
+        """Celery queue name for a model."""
+        return f"{self.ns}.{model_slug(model)}"

@@ -1,0 +1,66 @@
+"""Chat templating and token counting without torch, so the API can validate prompts.
+
+Uses the model folder's `tokenizer.json` (Rust `tokenizers`) and its Jinja chat template, rendered
+the way transformers renders it (sandboxed, trim_blocks/lstrip_blocks).
+"""
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import jinja2
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+from tokenizers import Tokenizer
+
+
+class TemplateError(ValueError):
+    """The chat template rejected the messages (e.g. roles out of order)."""
+
+
+def _raise_exception(message: str):
+    raise TemplateError(message)
+
+
+def _token_text(value) -> str | None:
+    return value.get("content") if isinstance(value, dict) else value
+
+
+class PromptBuilder:
+    """Turns a request's messages or raw prompt into the exact token ids the worker will run."""
+
+    def __init__(self, model_dir: Path, max_model_len: int):
+        model_dir = Path(model_dir)
+        self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        config = json.loads((model_dir / "tokenizer_config.json").read_text())
+        template_file = model_dir / "chat_template.jinja"
+        template = template_file.read_text() if template_file.exists() else config.get("chat_template")
+        self.bos_token = _token_text(config.get("bos_token"))
+        self.eos_token = _token_text(config.get("eos_token"))
+        model_config = json.loads((model_dir / "config.json").read_text())
+        self.context_length = min(max_model_len, model_config.get("max_position_embeddings", max_model_len))
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                            extensions=["jinja2.ext.loopcontrols"])
+        env.filters["tojson"] = lambda value, indent=None: json.dumps(value, indent=indent)
+        env.globals["raise_exception"] = _raise_exception
+        env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+        self._template = env.from_string(template) if template else None
+
+    def render(self, messages: list[dict]) -> str:
+        if self._template is None:
+            raise TemplateError("this model has no chat template; send a raw 'prompt'")
+        try:
+            return self._template.render(messages=messages, add_generation_prompt=True,
+                                         bos_token=self.bos_token, eos_token=self.eos_token)
+        except jinja2.TemplateError as exc:
+            raise TemplateError(str(exc)) from exc
+
+    def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def build(self, messages: list[dict] | None, prompt: str | None) -> tuple[str, list[int]]:
+        """(prompt text, token ids). Chat templates carry their own special tokens."""
+        if messages is not None:
+            text = self.render(messages)
+            return text, self.encode(text, add_special_tokens=False)
+        return prompt, self.encode(prompt, add_special_tokens=True)

@@ -1,0 +1,1 @@
+"""llmq worker: a Celery process holding one model and a continuous-batching engine."""

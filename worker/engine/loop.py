@@ -1,0 +1,90 @@
+"""Runs `LLMEngine.step()` on one background thread; other threads submit and abort requests.
+
+Each submitted request gets a `RequestStream`: a queue of its outputs, ending with a finished one.
+All engine calls happen on the loop thread, so the engine itself needs no locks.
+"""
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+
+from worker.engine.engine import LLMEngine
+from worker.engine.sequence import EngineRequest, RequestOutput
+
+log = logging.getLogger(__name__)
+
+
+class RequestStream:
+    def __init__(self, request_id: str):
+        self.request_id = request_id
+        self._outputs: queue.Queue[RequestOutput] = queue.Queue()
+
+    def put(self, output: RequestOutput) -> None:
+        self._outputs.put(output)
+
+    def get(self, timeout: float) -> RequestOutput | None:
+        """The next output, or None if none came within `timeout` seconds."""
+        try:
+            return self._outputs.get(timeout=timeout)
+        except queue.Empty:
+            return None
+
+
+class EngineLoop:
+    def __init__(self, engine: LLMEngine):
+        self.engine = engine
+        self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
+        self._streams: dict[str, RequestStream] = {}
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, request: EngineRequest) -> RequestStream:
+        stream = RequestStream(request.request_id)
+        self._inbox.put(("add", (request, stream)))
+        self._wake.set()
+        return stream
+
+    def abort(self, request_id: str) -> None:
+        self._inbox.put(("abort", request_id))
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            self._drain_inbox()
+            if not self.engine.has_unfinished():
+                self._wake.wait(timeout=1.0)
+                self._wake.clear()
+                continue
+            for output in self.engine.step():
+                self._deliver(output)
+
+    def _drain_inbox(self) -> None:
+        while True:
+            try:
+                kind, payload = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            if kind == "add":
+                request, stream = payload
+                self._add(request, stream)
+            else:
+                self.engine.abort_request(payload)
+
+    def _add(self, request: EngineRequest, stream: RequestStream) -> None:
+        try:
+            self.engine.add_request(request)
+        except ValueError as exc:  # request-level error: only this request fails
+            stream.put(RequestOutput(request.request_id, "", [], finished=True, finish_reason="error",
+                                     prompt_tokens=len(request.prompt_token_ids), error=str(exc)))
+            return
+        self._streams[request.request_id] = stream
+
+    def _deliver(self, output: RequestOutput) -> None:
+        stream = self._streams.get(output.request_id)
+        if stream is None:
+            return
+        stream.put(output)
+        if output.finished:
+            del self._streams[output.request_id]

@@ -1,0 +1,40 @@
+"""Token selection with per-request temperature, top-k, top-p and seed."""
+from __future__ import annotations
+
+import torch
+
+from worker.engine.sequence import Sampling
+
+
+def make_generator(sampling: Sampling) -> torch.Generator:
+    """Seeded requests get a reproducible stream of random numbers of their own."""
+    generator = torch.Generator()
+    if sampling.seed is not None:
+        generator.manual_seed(sampling.seed)
+    else:
+        generator.seed()
+    return generator
+
+
+def sample(logits: torch.Tensor, params: list[Sampling], generators: list[torch.Generator]) -> list[int]:
+    """One token per row of `logits` (rows x vocab); greedy rows are done in one argmax."""
+    logits = logits.float()
+    tokens = logits.argmax(dim=-1).tolist()
+    for row, (sampling, generator) in enumerate(zip(params, generators)):
+        if sampling.temperature > 0:
+            tokens[row] = _sample_row(logits[row], sampling, generator)
+    return tokens
+
+
+def _sample_row(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> int:
+    logits = logits / sampling.temperature
+    if sampling.top_k > 0:
+        kth = torch.topk(logits, min(sampling.top_k, logits.numel())).values[-1]
+        logits = logits.masked_fill(logits < kth, float("-inf"))
+    probs = torch.softmax(logits, dim=-1)
+    if sampling.top_p < 1.0:
+        sorted_probs, order = probs.sort(descending=True)
+        keep = sorted_probs.cumsum(0) - sorted_probs < sampling.top_p  # always keeps the top token
+        sorted_probs = sorted_probs * keep
+        probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
+    return int(torch.multinomial(probs, 1, generator=generator))

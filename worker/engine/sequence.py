@@ -1,0 +1,80 @@
+"""Per-request state as the engine sees it."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """Decoding parameters of one request (the engine's copy; no pydantic here)."""
+
+    max_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineRequest:
+    request_id: str
+    prompt_token_ids: list[int]
+    sampling: Sampling = Sampling()
+
+
+class SeqState(enum.Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    FINISHED = "finished"
+
+
+@dataclass
+class Sequence:
+    """A request inside the engine: its tokens so far and where it stands."""
+
+    request: EngineRequest
+    state: SeqState = SeqState.WAITING
+    output_token_ids: list[int] = field(default_factory=list)
+    finish_reason: str | None = None
+
+    @property
+    def id(self) -> str:
+        return self.request.request_id
+
+    @property
+    def sampling(self) -> Sampling:
+        return self.request.sampling
+
+    @property
+    def prompt_len(self) -> int:
+        return len(self.request.prompt_token_ids)
+
+    @property
+    def num_tokens(self) -> int:
+        return self.prompt_len + len(self.output_token_ids)
+
+    @property
+    def last_token(self) -> int:
+        return self.output_token_ids[-1] if self.output_token_ids else self.request.prompt_token_ids[-1]
+
+    @property
+    def reserved_tokens(self) -> int:
+        """KV slots this sequence may need by the end: admission reserves them up front."""
+        return self.prompt_len + self.sampling.max_tokens
+
+
+@dataclass
+class RequestOutput:
+    """What one step produced for one request: new text, and the final state when it ends."""
+
+    request_id: str
+    text: str
+    new_token_ids: list[int]
+    finished: bool = False
+    finish_reason: str | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    batch_size: int = 1
+    error: str | None = None
