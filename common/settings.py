@@ -46,6 +46,7 @@ class Settings(BaseSettings):
     max_queue: int = Field(1000, description="queued jobs above which POST answers 429")
     max_body_bytes: int = 1_000_000
     sse_heartbeat_s: float = 10.0
+    health_ping_timeout_s: float = 1.0
 
     # Retention
     job_ttl_s: int = Field(7 * 86400, description="how long job records and token logs are kept after finishing")

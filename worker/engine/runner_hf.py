@@ -46,7 +46,7 @@ class HFModelRunner:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.config)
         out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
+                         cache=cache, use_cache=True, logits_to_keep=1)
         self._merge(request_ids, cache, mask, positions[:, -1] + 1)
         return out.logits[:, -1, :]
 
@@ -56,7 +56,7 @@ class HFModelRunner:
         input_ids = torch.tensor([[last_tokens[rid]] for rid in self.rows], dtype=torch.long)
         self._mask = torch.cat([self._mask, torch.ones(len(self.rows), 1, dtype=torch.long)], dim=1)
         out = self.model(input_ids=input_ids, attention_mask=self._mask,
-                         position_ids=self._positions.unsqueeze(1), past_key_values=self._cache,
+                         position_ids=self._positions.unsqueeze(1), cache=self._cache,
                          use_cache=True)
         self._positions += 1
         return out.logits[:, -1, :]

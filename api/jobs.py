@@ -1,0 +1,72 @@
+"""The jobs API: submit, read, stream, cancel."""
+from __future__ import annotations
+
+import json
+
+from flask import Blueprint, jsonify, request, url_for
+
+from api.errors import ApiError
+from api.services import services
+from api.sse import job_event_stream, sse_response
+from api.submit import submit_job
+from api.views import job_view
+from common.schemas import JobRequest
+
+bp = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
+
+
+def json_body() -> object:
+    """The request body as JSON, or a 400 that says why not."""
+    raw = request.get_data(cache=True)
+    if not raw:
+        raise ApiError(400, "invalid_request_error", "request body is empty; send a JSON object")
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ApiError(400, "invalid_request_error", f"request body is not valid JSON: {exc}")
+
+
+def _record_or_404(job_id: str) -> dict:
+    record = services().store.get(job_id)
+    if record is None:
+        raise ApiError(404, "not_found", f"no job {job_id!r} (unknown, or expired)")
+    return record
+
+
+@bp.post("")
+def create_job():
+    req = JobRequest.model_validate(json_body())
+    status, record = submit_job(services(), req)
+    response = jsonify(job_view(record))
+    response.status_code = status
+    response.headers["Location"] = url_for("jobs.get_job", job_id=record["id"])
+    return response
+
+
+@bp.get("/<job_id>")
+def get_job(job_id: str):
+    return jsonify(job_view(_record_or_404(job_id)))
+
+
+@bp.get("/<job_id>/events")
+def job_events(job_id: str):
+    _record_or_404(job_id)
+    last_event_id = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
+    return sse_response(job_event_stream(services(), job_id, last_event_id))
+
+
+@bp.delete("/<job_id>")
+@bp.post("/<job_id>/cancel")
+def cancel_job(job_id: str):
+    svc = services()
+    outcome = svc.store.request_cancel(job_id)
+    if outcome == "missing":
+        raise ApiError(404, "not_found", f"no job {job_id!r} (unknown, or expired)")
+    if outcome == "cancelled":
+        svc.store.publish_done(job_id)
+    elif outcome != "cancelling":
+        raise ApiError(409, "conflict", f"job {job_id} has already ended ({outcome}); "
+                                        "nothing to cancel")
+    response = jsonify(job_view(svc.store.get(job_id)))
+    response.status_code = 200 if outcome == "cancelled" else 202
+    return response

@@ -1,0 +1,49 @@
+"""What request handlers need (Redis, job store, Celery, the model's prompt builder), built once
+per app and kept in `app.extensions['llmq']`."""
+from __future__ import annotations
+
+import threading
+from functools import cached_property
+
+import redis
+from celery import Celery
+from flask import current_app
+
+from api.errors import ApiError
+from common.celery_app import make_celery
+from common.jobs import JobStore
+from common.keys import Keys
+from common.models import ModelRef, ModelUnavailable, resolve_model
+from common.prompting import PromptBuilder
+from common.settings import Settings
+
+
+class Services:
+    def __init__(self, settings: Settings):
+        self.settings = settings
+        self.keys = Keys(settings.namespace)
+        self.redis = redis.Redis.from_url(settings.redis_url, decode_responses=True,
+                                          socket_connect_timeout=2, socket_timeout=30,
+                                          health_check_interval=30, max_connections=512)
+        self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen)
+        self._lock = threading.Lock()
+        self._model: tuple[ModelRef, PromptBuilder] | None = None
+
+    @cached_property
+    def celery(self) -> Celery:
+        return make_celery(self.settings)
+
+    def model(self) -> tuple[ModelRef, PromptBuilder]:
+        """The served model and its prompt builder; 503 until a worker has prepared the model."""
+        with self._lock:
+            if self._model is None:
+                try:
+                    ref = resolve_model(self.settings, prepare=False)
+                except ModelUnavailable as exc:
+                    raise ApiError(503, "model_unavailable", str(exc), {"Retry-After": "10"})
+                self._model = (ref, PromptBuilder(ref.path, self.settings.max_model_len))
+            return self._model
+
+
+def services() -> Services:
+    return current_app.extensions["llmq"]

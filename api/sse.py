@@ -1,0 +1,66 @@
+"""Server-Sent Events relay of a job's token log.
+
+The Redis Stream is the source of truth; pub/sub only wakes the relay. The relay subscribes first,
+then reads the stream after the client's last id, so a chunk written between the two is still read:
+late subscribers and reconnecting clients (`Last-Event-ID`) lose nothing.
+"""
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+
+from flask import Response, stream_with_context
+
+from api.services import Services
+from common.jobs import done_payload
+from common.schemas import JobStatus
+
+
+def format_event(event_id: str | None, event: str, data: dict) -> str:
+    head = f"id: {event_id}\n" if event_id else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n"
+
+
+def job_event_stream(svc: Services, job_id: str, last_event_id: str | None) -> Iterator[tuple[str | None, str, dict]]:
+    """(id, event, data) of the job's log from after `last_event_id` until `done`; (None,
+    'heartbeat', {}) while idle. Yields a `done` built from the record if the log lacks one."""
+    pubsub = svc.redis.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(svc.keys.channel(job_id))
+    last = last_event_id or "0"
+    try:
+        while True:
+            for entry_id, event, data in svc.store.read_events(job_id, last):
+                last = entry_id
+                yield entry_id, event, data
+                if event == "done":
+                    return
+            waited_since = time.monotonic()
+            if pubsub.get_message(timeout=svc.settings.sse_heartbeat_s) is not None:
+                continue
+            if time.monotonic() - waited_since < svc.settings.sse_heartbeat_s * 0.9:
+                continue  # woken by a subscribe confirmation, not by silence
+            record = svc.store.get(job_id)
+            if record is None or _ended_without_done(svc, job_id, record, last):
+                if record and last == "0" and record.get("text"):  # log expired: replay the record
+                    yield None, "chunk", {"index": 0, "text": record["text"]}
+                yield None, "done", done_payload(record or {"status": "expired"})
+                return
+            yield None, "heartbeat", {}
+    finally:
+        pubsub.close()
+
+
+def _ended_without_done(svc: Services, job_id: str, record: dict, last: str) -> bool:
+    """A terminal job whose log has no `done` (log expired, or writer lost in between)."""
+    return JobStatus(record["status"]).terminal and not svc.store.read_events(job_id, last)
+
+
+def sse_response(events: Iterator[tuple[str | None, str, dict]]) -> Response:
+    def body():
+        yield "retry: 2000\n\n"
+        for event_id, event, data in events:
+            yield ": keep-alive\n\n" if event == "heartbeat" else format_event(event_id, event, data)
+
+    return Response(stream_with_context(body()), mimetype="text/event-stream", headers={
+        "Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive"})

@@ -1,0 +1,98 @@
+"""Admission: a validated request becomes a cached answer or a queued job.
+
+Shared by the jobs API and the OpenAI-compatible endpoints.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+import uuid
+
+from api.errors import ApiError
+from api.services import Services
+from common.celery_app import TASK_GENERATE
+from common.prompting import TemplateError
+from common.schemas import JobRequest, JobStatus
+
+
+def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
+    """Returns (HTTP status, job record): 200 for a cache hit, 202 for a queued job."""
+    model, builder = svc.model()
+    if req.model not in (None, model.name):
+        raise ApiError(404, "model_not_found", f"model {req.model!r} is not served here; "
+                                               f"this deployment serves {model.name!r}")
+    messages = [m.model_dump() for m in req.messages] if req.messages else None
+    try:
+        _, prompt_ids = builder.build(messages, req.prompt)
+    except TemplateError as exc:
+        raise ApiError(422, "validation_error", f"messages: {exc}")
+    sampling = _sampling_within_context(svc, req, len(prompt_ids), builder.context_length)
+
+    cacheable = req.cache and req.deterministic and svc.settings.cache_ttl_s > 0
+    cache_key = _cache_key(model.name, prompt_ids, sampling) if cacheable else None
+    fields = {
+        "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
+        "prompt_tokens": len(prompt_ids), "queue": svc.keys.queue(model.name),
+        "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
+    }
+    hit = svc.store.cache_get(cache_key) if cache_key else None
+    if hit is not None:
+        return 200, _answer_from_cache(svc, fields, hit)
+
+    fields.update(status=JobStatus.QUEUED.value, cache_key=cache_key)
+    job_id = fields["id"]
+    if not svc.store.create(job_id, fields, svc.settings.max_queue):
+        raise ApiError(429, "queue_full", f"{svc.settings.max_queue} jobs are already waiting; "
+                                          "retry later", {"Retry-After": str(_retry_after(svc))})
+    try:
+        svc.celery.send_task(TASK_GENERATE, args=[job_id, model.name], task_id=job_id,
+                             queue=fields["queue"])
+    except Exception:
+        svc.store.finish(job_id, JobStatus.FAILED, finish_reason="error",
+                         error={"type": "enqueue_failed", "message": "could not reach the broker"})
+        raise
+    return 202, svc.store.get(job_id)
+
+
+def _sampling_within_context(svc: Services, req: JobRequest, prompt_tokens: int, context: int) -> dict:
+    settings = svc.settings
+    if req.max_tokens > settings.max_tokens_cap:
+        raise ApiError(422, "validation_error",
+                       f"max_tokens: at most {settings.max_tokens_cap} (got {req.max_tokens})")
+    room = context - prompt_tokens
+    if room < 1:
+        raise ApiError(413, "context_length_exceeded",
+                       f"the prompt has {prompt_tokens} tokens; the model's context is {context}")
+    max_tokens = req.max_tokens if "max_tokens" in req.model_fields_set else settings.default_max_tokens
+    if max_tokens > room:
+        if "max_tokens" in req.model_fields_set:
+            raise ApiError(413, "context_length_exceeded",
+                           f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the "
+                           f"model's context of {context}; lower max_tokens to {room} or less")
+        max_tokens = room
+    sampling = req.sampling().model_dump()
+    sampling["max_tokens"] = max_tokens
+    return sampling
+
+
+def _cache_key(model: str, prompt_ids: list[int], sampling: dict) -> str:
+    blob = json.dumps({"model": model, "prompt": prompt_ids, "sampling": sampling}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _answer_from_cache(svc: Services, fields: dict, hit: dict) -> dict:
+    now = time.time()
+    fields.update(status=JobStatus.SUCCEEDED.value, cached=True, started_at=now, finished_at=now,
+                  text=hit["text"], finish_reason=hit["finish_reason"],
+                  completion_tokens=hit["completion_tokens"])
+    job_id = fields["id"]
+    svc.store.create_finished(job_id, fields)
+    svc.store.append_event(job_id, "chunk", {"index": 0, "text": hit["text"]})
+    svc.store.publish_done(job_id)
+    return svc.store.get(job_id)
+
+
+def _retry_after(svc: Services) -> int:
+    """Seconds until the queue has likely drained below its limit (refined by issue #7)."""
+    return 5

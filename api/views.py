@@ -1,0 +1,32 @@
+"""Job records as clients see them."""
+from __future__ import annotations
+
+from flask import url_for
+
+
+def job_view(record: dict) -> dict:
+    job_id = record["id"]
+    prompt, completion = record.get("prompt_tokens", 0), record.get("completion_tokens", 0)
+    return {
+        "id": job_id,
+        "object": "job",
+        "status": record["status"],
+        "model": record.get("model"),
+        "created_at": record.get("created_at"),
+        "started_at": record.get("started_at"),
+        "finished_at": record.get("finished_at"),
+        "text": record.get("text", ""),
+        "finish_reason": record.get("finish_reason"),
+        "error": record.get("error"),
+        "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                  "total_tokens": prompt + completion},
+        "cached": record.get("cached", False),
+        "cancel_requested": record.get("cancel_requested", False),
+        "attempts": record.get("attempts", 0),
+        "batch_size_max": record.get("batch_size_max"),
+        "links": {
+            "self": url_for("jobs.get_job", job_id=job_id),
+            "events": url_for("jobs.job_events", job_id=job_id),
+            "cancel": url_for("jobs.cancel_job", job_id=job_id),
+        },
+    }

@@ -1,0 +1,8 @@
+"""WSGI entry point for gunicorn: `gunicorn -k gthread --threads 64 api.wsgi:app`."""
+from common.logs import setup_logging
+from common.settings import get_settings
+
+from api import create_app
+
+setup_logging(get_settings(), "api")
+app = create_app()

@@ -1,0 +1,60 @@
+"""Submit one prompt to llmq and stream the answer to the terminal.
+
+    python ops/demo_client.py [--api URL] [--wait-ready SECONDS] "prompt"
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+
+import requests
+
+sys.path.insert(0, __file__.rsplit("/ops/", 1)[0])
+from common.sseclient import iter_sse  # noqa: E402
+
+
+def wait_ready(api: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            health = requests.get(f"{api}/health", timeout=5).json()
+            if health.get("workers"):
+                print(f"ready: model {health['model']['name']} ({health['model']['source']}), "
+                      f"workers {health['workers']}", file=sys.stderr)
+                return
+        except (requests.RequestException, ValueError):
+            pass
+        time.sleep(1)
+    sys.exit(f"llmq was not ready after {timeout:.0f}s; see .run/*.log")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("prompt")
+    parser.add_argument("--api", default="http://127.0.0.1:8000")
+    parser.add_argument("--wait-ready", type=float, default=0)
+    parser.add_argument("--max-tokens", type=int, default=200)
+    args = parser.parse_args()
+    if args.wait_ready:
+        wait_ready(args.api, args.wait_ready)
+    job = requests.post(f"{args.api}/v1/jobs", json={
+        "messages": [{"role": "user", "content": args.prompt}], "max_tokens": args.max_tokens,
+        "temperature": 0.7, "top_p": 0.9}, timeout=30)
+    if job.status_code >= 400:
+        sys.exit(f"error {job.status_code}: {job.text}")
+    job = job.json()
+    print(f"job {job['id']} {job['status']}\n\n> {args.prompt}\n", file=sys.stderr)
+    with requests.get(f"{args.api}{job['links']['events']}", stream=True, timeout=300) as resp:
+        for event in iter_sse(resp.iter_lines()):
+            if event.event == "chunk":
+                print(event.json()["text"], end="", flush=True)
+            elif event.event == "done":
+                done = event.json()
+                print(f"\n\n[{done['status']}, finish_reason={done['finish_reason']}, "
+                      f"usage={done['usage']}]", file=sys.stderr)
+                break
+
+
+if __name__ == "__main__":
+    main()

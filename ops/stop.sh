@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Stop what ops/run.sh started (Redis is left alone).
+source "$(dirname "$0")/common.sh"
+for name in api flower worker; do
+  pidfile="$RUN_DIR/$name.pid"
+  [ -f "$pidfile" ] || continue
+  pid=$(cat "$pidfile")
+  if kill "$pid" 2>/dev/null; then
+    for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+    kill -9 "$pid" 2>/dev/null || true
+    log "stopped $name"
+  fi
+  rm -f "$pidfile"
+done

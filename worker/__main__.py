@@ -1,0 +1,60 @@
+"""Start a worker: `python -m worker [--cpus 0-1] [--concurrency N] [--name NAME]`.
+
+Pins the process to its CPU set, loads the model once, then runs a Celery consumer with the threads
+pool: each thread carries one job, and all of them share the engine's batch.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+from common.logs import setup_logging
+from common.settings import get_settings
+
+
+def parse_cpus(spec: str) -> set[int]:
+    """'0-1,4' -> {0, 1, 4}"""
+    cpus: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        cpus.update(range(int(lo), int(hi or lo) + 1))
+    return cpus
+
+
+def pin(cpus: str | None, torch_threads: int | None) -> None:
+    import torch
+
+    if cpus:
+        os.sched_setaffinity(0, parse_cpus(cpus))
+    torch.set_num_threads(torch_threads or len(os.sched_getaffinity(0)))
+
+
+def main(argv: list[str] | None = None) -> None:
+    settings = get_settings()
+    parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
+    parser.add_argument("--cpus", default=settings.cpus, help="CPU set, e.g. 0-1 (default: all)")
+    parser.add_argument("--threads", type=int, default=settings.torch_threads, help="torch threads")
+    parser.add_argument("--concurrency", type=int, default=settings.max_batch_size,
+                        help="jobs held at once (default: the engine's max batch size)")
+    parser.add_argument("--name", default=None, help="Celery node name")
+    parser.add_argument("--loglevel", default=settings.log_level)
+    args = parser.parse_args(argv)
+
+    setup_logging(settings, "worker")
+    pin(args.cpus, args.threads)
+    from worker.runtime import WorkerRuntime, set_runtime
+
+    runtime = WorkerRuntime.build(settings)
+    set_runtime(runtime)
+    runtime.start_heartbeat()
+    runtime.heartbeat()
+    from worker.tasks import app
+
+    name = args.name or f"llmq-{runtime.model.name}-{os.getpid()}@%h"
+    app.worker_main(["worker", "--pool", "threads", "--concurrency", str(args.concurrency),
+                     "--queues", runtime.queue, "--hostname", name, "--loglevel", args.loglevel,
+                     "--task-events", "--without-gossip", "--without-mingle"])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,25 @@
+"""Celery glue: the one task, `llmq.generate(job_id, model)`, handing the job to the runtime."""
+from __future__ import annotations
+
+from common.celery_app import TASK_GENERATE, make_celery
+from common.settings import get_settings
+from worker.job_runner import JobRunner
+from worker.runtime import get_runtime
+
+app = make_celery(get_settings())
+_job_runner: JobRunner | None = None
+
+
+def job_runner() -> JobRunner:
+    global _job_runner
+    if _job_runner is None:
+        rt = get_runtime()
+        s = rt.settings
+        _job_runner = JobRunner(rt.store, rt.loop, rt.name, s.max_attempts, s.cancel_poll_s, s.cache_ttl_s)
+    return _job_runner
+
+
+@app.task(name=TASK_GENERATE, acks_late=True, reject_on_worker_lost=True, ignore_result=False)
+def generate(job_id: str, model: str) -> dict:
+    """Generate the job's completion. Arguments carry no prompt text: the job record holds it."""
+    return job_runner().run(job_id)
