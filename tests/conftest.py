@@ -1,0 +1,177 @@
+"""Fixtures: a real Redis (own db + key namespace per run), real Celery worker subprocesses running
+the embedded model, the Flask app, and a live HTTP server for SSE and client-library tests."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import redis
+import requests
+from werkzeug.serving import make_server
+
+from api import create_app
+from common.celery_app import make_celery
+from common.models import embedded_model
+from common.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+REDIS_HOST = os.environ.get("LLMQ_TEST_REDIS", "redis://127.0.0.1:6379")
+REDIS_DB = int(os.environ.get("LLMQ_TEST_REDIS_DB", "11"))
+
+
+def make_settings(**overrides) -> Settings:
+    base = dict(redis_url=f"{REDIS_HOST}/{REDIS_DB}", namespace=f"llmqtest-{uuid.uuid4().hex[:8]}",
+                model="embedded", allow_download=False, max_batch_size=16, max_tokens_cap=512,
+                default_max_tokens=64, cache_ttl_s=600, sse_heartbeat_s=1.0, heartbeat_s=1.0,
+                health_ping_timeout_s=0.5, max_queue=1000, job_ttl_s=3600)
+    base.update(overrides)
+    return Settings(**base)
+
+
+def settings_env(settings: Settings) -> dict[str, str]:
+    """The environment that makes a subprocess see `settings`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMQ_")}
+    for name, value in settings.model_dump().items():
+        if value is not None:
+            env[f"LLMQ_{name.upper()}"] = str(value)
+    env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    return env
+
+
+def cleanup_namespace(settings: Settings) -> None:
+    client = redis.Redis.from_url(settings.redis_url)
+    for key in client.scan_iter(f"{settings.namespace}*", count=1000):
+        client.delete(key)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _redis_up():
+    try:
+        redis.Redis.from_url(f"{REDIS_HOST}/{REDIS_DB}").ping()
+    except redis.RedisError as exc:
+        pytest.exit(f"Redis is not reachable at {REDIS_HOST} ({exc}); run `bash ops/test.sh`", 2)
+
+
+@pytest.fixture(scope="session")
+def model_ref():
+    return embedded_model(make_settings(), prepare=True)
+
+
+class WorkerProcess:
+    """A real `python -m worker` subprocess."""
+
+    def __init__(self, settings: Settings, name: str, log_path: Path, concurrency: int | None = None):
+        self.settings = settings
+        self.name = name
+        cmd = [sys.executable, "-m", "worker", "--name", f"{name}@%h", "--loglevel", "INFO"]
+        if concurrency:
+            cmd += ["--concurrency", str(concurrency)]
+        self.log_path = log_path
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=settings_env(settings),
+                                     stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 120) -> None:
+        app = make_celery(self.settings)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"worker exited: {self.log_path.read_text()[-3000:]}")
+            if any(self.name in n for reply in app.control.ping(timeout=0.5) for n in reply):
+                return
+        raise TimeoutError(f"worker not ready: {self.log_path.read_text()[-3000:]}")
+
+    def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def kill(self) -> None:
+        self.stop(signal.SIGKILL)
+
+
+@pytest.fixture(scope="session")
+def start_worker(model_ref, tmp_path_factory):
+    """Factory: start a worker for some settings; all are stopped at the end of the session."""
+    started: list[WorkerProcess] = []
+
+    def start(settings: Settings, concurrency: int | None = None, wait: bool = True) -> WorkerProcess:
+        name = f"w{len(started)}-{settings.namespace}"
+        worker = WorkerProcess(settings, name, tmp_path_factory.mktemp("logs") / f"{name}.log", concurrency)
+        started.append(worker)
+        if wait:
+            worker.wait_ready()
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(scope="session")
+def stack_settings():
+    settings = make_settings()
+    yield settings
+    cleanup_namespace(settings)
+
+
+@pytest.fixture(scope="session")
+def worker(stack_settings, start_worker):
+    """The session's shared worker."""
+    return start_worker(stack_settings)
+
+
+@pytest.fixture(scope="session")
+def app(stack_settings, model_ref):
+    return create_app(stack_settings)
+
+
+@pytest.fixture
+def client(app):
+    return app.test_client()
+
+
+class LiveServer:
+    def __init__(self, app):
+        self.server = make_server("127.0.0.1", 0, app, threaded=True)
+        self.url = f"http://127.0.0.1:{self.server.server_port}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def stop(self):
+        self.server.shutdown()
+
+
+@pytest.fixture(scope="session")
+def live_api(app, worker):
+    """The API on a real socket, backed by the shared worker."""
+    server = LiveServer(app)
+    yield server.url
+    server.stop()
+
+
+def wait_for_job(base_url: str, job_id: str, timeout: float = 120) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = requests.get(f"{base_url}/v1/jobs/{job_id}", timeout=10).json()
+        if job["status"] not in ("queued", "running"):
+            return job
+        time.sleep(0.1)
+    raise TimeoutError(f"job {job_id} still {job['status']}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
