@@ -65,8 +65,8 @@ def cancel_job(job_id: str):
     if outcome == "cancelled":
         svc.store.publish_done(job_id)
     elif outcome != "cancelling":
-        raise ApiError(409, "conflict", f"job {job_id} has already ended ({outcome}); "
-                                        "nothing to cancel")
+        status = outcome.removeprefix("ended:")
+        raise ApiError(409, "conflict", f"job {job_id} has already ended ({status}); nothing to cancel")
     response = jsonify(job_view(svc.store.get(job_id)))
     response.status_code = 200 if outcome == "cancelled" else 202
     return response

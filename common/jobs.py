@@ -52,7 +52,7 @@ if st == 'running' then
   redis.call('HSET', KEYS[1], 'cancel_requested', '1')
   return 'cancelling'
 end
-return st
+return 'ended:' .. st
 """
 
 _FINISH = """
@@ -143,7 +143,7 @@ class JobStore:
 
     def request_cancel(self, job_id: str) -> str:
         """'cancelled' (was queued), 'cancelling' (running: the worker stops it), 'missing',
-        or the terminal status it already had."""
+        or 'ended:<status>' when it had already ended."""
         return self._cancel(
             keys=[self.keys.job(job_id), self.keys.queued],
             args=[job_id, time.time(), self.job_ttl_s],
