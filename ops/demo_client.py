@@ -46,7 +46,7 @@ def main() -> None:
     job = job.json()
     print(f"job {job['id']} {job['status']}\n\n> {args.prompt}\n", file=sys.stderr)
     with requests.get(f"{args.api}{job['links']['events']}", stream=True, timeout=300) as resp:
-        for event in iter_sse(resp.iter_lines()):
+        for event in iter_sse(resp.iter_lines(chunk_size=None)):
             if event.event == "chunk":
                 print(event.json()["text"], end="", flush=True)
             elif event.event == "done":

@@ -30,7 +30,7 @@ def read_stream(base, job_id, last_event_id=None, stop_after=None):
         assert resp.status_code == 200
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         assert resp.headers["X-Accel-Buffering"] == "no"
-        for event in iter_sse(resp.iter_lines()):
+        for event in iter_sse(resp.iter_lines(chunk_size=None)):
             events.append(event)
             if event.event == "done" or (stop_after and len(events) >= stop_after):
                 break

@@ -1,0 +1,156 @@
+"""Throughput and latency of llmq vs one-job-at-a-time generation, on the same machine, in one run.
+
+    python -m bench.bench [--levels 1,4,8,16] [--max-tokens 64] [--requests-per-client 2]
+                          [--url http://127.0.0.1:8000] [--skip-baseline]
+
+Starts its own llmq stack (worker + gunicorn API, fresh namespace) unless --url is given, then the
+baseline (bench/baseline_server.py: one Flask process, model.generate under a lock), and drives
+both with the same closed-loop clients: each of N clients submits, streams the answer over SSE,
+and submits again. Reports req/s, generated tokens/s, p50/p95 latency and time to first token,
+and the llmq/baseline ratios. Loopback only; bounded by the request counts.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import requests
+
+from bench.stack import BaselineServer, Stack
+from common.models import resolve_model
+from common.settings import Settings
+from common.sseclient import iter_sse
+
+TOPICS = ["the ocean", "a lighthouse keeper", "the history of bread", "a robot learning to paint",
+          "mountains in winter", "a city at night", "the first bicycle", "a friendly dragon",
+          "coffee", "the moon landing", "a forest after rain", "a chess tournament",
+          "trains", "a library", "volcanoes", "a garden in spring"]
+
+
+@dataclass
+class Sample:
+    ok: bool
+    ttft: float = 0.0
+    latency: float = 0.0
+    tokens: int = 0
+
+
+def _stream(resp: requests.Response, t0: float) -> Sample:
+    sample = Sample(ok=False)
+    for event in iter_sse(resp.iter_lines(chunk_size=None)):
+        if event.event == "chunk" and not sample.ttft:
+            sample.ttft = time.perf_counter() - t0
+        elif event.event == "done":
+            done = event.json()
+            sample.ok = done["status"] == "succeeded"
+            sample.tokens = done["usage"]["completion_tokens"]
+            sample.latency = time.perf_counter() - t0
+            break
+    return sample
+
+
+def llmq_request(url: str, prompt: str, max_tokens: int) -> Sample:
+    t0 = time.perf_counter()
+    job = requests.post(f"{url}/v1/jobs", json={"messages": [{"role": "user", "content": prompt}],
+                                                "max_tokens": max_tokens, "temperature": 0,
+                                                "cache": False}, timeout=60)
+    if job.status_code != 202:
+        return Sample(ok=False)
+    with requests.get(f"{url}{job.json()['links']['events']}", stream=True, timeout=600) as resp:
+        return _stream(resp, t0)
+
+
+def baseline_request(url: str, prompt: str, max_tokens: int) -> Sample:
+    t0 = time.perf_counter()
+    with requests.post(f"{url}/generate", json={"messages": [{"role": "user", "content": prompt}],
+                                                "max_tokens": max_tokens, "temperature": 0},
+                       stream=True, timeout=3600) as resp:
+        return _stream(resp, t0)
+
+
+def run_level(request_fn, url: str, clients: int, per_client: int, max_tokens: int) -> dict:
+    def client(index: int) -> list[Sample]:
+        return [request_fn(url, f"Write a long, detailed story about {TOPICS[(index * per_client + i) % len(TOPICS)]}.",
+                           max_tokens) for i in range(per_client)]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(clients) as pool:
+        samples = [s for batch in pool.map(client, range(clients)) for s in batch]
+    wall = time.perf_counter() - start
+    good = [s for s in samples if s.ok]
+    pct = lambda values, q: statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
+    return {
+        "clients": clients, "requests": len(samples), "failed": len(samples) - len(good),
+        "wall_s": round(wall, 2), "req_per_s": round(len(good) / wall, 3),
+        "tokens_per_s": round(sum(s.tokens for s in good) / wall, 1),
+        "latency_p50": round(pct([s.latency for s in good], 50), 2),
+        "latency_p95": round(pct([s.latency for s in good], 95), 2),
+        "ttft_p50": round(pct([s.ttft for s in good], 50), 3),
+        "ttft_p95": round(pct([s.ttft for s in good], 95), 3),
+    }
+
+
+def measure(name, server, request_fn, args) -> list[dict]:
+    rows = []
+    if server is not None:
+        server.wait_ready()
+    url = server.url if server is not None else args.url
+    request_fn(url, "Say hi.", 4)  # warm-up
+    for clients in args.levels:
+        row = run_level(request_fn, url, clients, args.requests_per_client, args.max_tokens)
+        print(f"{name:9s} {json.dumps(row)}", flush=True)
+        rows.append(row)
+    if server is not None:
+        server.stop()
+    return rows
+
+
+def print_table(ours: list[dict], base: list[dict]) -> None:
+    head = f"{'clients':>7} | {'llmq tok/s':>10} {'base tok/s':>10} {'ratio':>6} | " \
+           f"{'llmq p50/p95 lat':>16} {'base p50/p95 lat':>16} | {'llmq p50/p95 ttft':>17} " \
+           f"{'base p50/p95 ttft':>17} | failed"
+    print("\n" + head + "\n" + "-" * len(head))
+    for o, b in zip(ours, base or [None] * len(ours)):
+        ratio = f"{o['tokens_per_s'] / b['tokens_per_s']:.2f}x" if b else "-"
+        bt = f"{b['tokens_per_s']:10.1f}" if b else f"{'-':>10}"
+        bl = f"{b['latency_p50']:7.2f}/{b['latency_p95']:<8.2f}" if b else f"{'-':>16}"
+        bf = f"{b['ttft_p50']:8.3f}/{b['ttft_p95']:<8.3f}" if b else f"{'-':>17}"
+        print(f"{o['clients']:>7} | {o['tokens_per_s']:10.1f} {bt} {ratio:>6} | "
+              f"{o['latency_p50']:7.2f}/{o['latency_p95']:<8.2f} {bl} | "
+              f"{o['ttft_p50']:8.3f}/{o['ttft_p95']:<8.3f} {bf} | {o['failed']}"
+              + (f"/{b['failed']}" if b else ""))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 8, 16])
+    parser.add_argument("--max-tokens", type=int, default=64)
+    parser.add_argument("--requests-per-client", type=int, default=2)
+    parser.add_argument("--url", help="benchmark a running llmq instead of starting one")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = parser.parse_args()
+
+    logs = args.out / "logs"
+    stack = None if args.url else Stack(args.redis_url, args.model, logs)
+    ours = measure("llmq", stack, llmq_request, args)
+    base = []
+    if not args.skip_baseline:
+        model_path = resolve_model(Settings(model=args.model, allow_download=False)).path
+        base = measure("baseline", BaselineServer(str(model_path), logs), baseline_request, args)
+    print_table(ours, base)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (args.out / f"bench-{stamp}.json").write_text(json.dumps(
+        {"args": {k: str(v) for k, v in vars(args).items()}, "llmq": ours, "baseline": base}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""Start and stop an llmq stack (worker + API) or the baseline server as subprocesses, on loopback,
+in a namespace of its own, for benchmarks."""
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Stack:
+    """`python -m worker` + gunicorn API, sharing a fresh namespace on the given Redis."""
+
+    def __init__(self, redis_url: str, model: str, log_dir: Path, extra_env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {**os.environ, "LLMQ_REDIS_URL": redis_url, "LLMQ_MODEL": model,
+               "LLMQ_NAMESPACE": f"llmqbench-{uuid.uuid4().hex[:6]}", "LLMQ_CACHE_TTL_S": "0",
+               "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.procs = [
+            subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
+                             stdout=open(log_dir / "worker.log", "w"), stderr=subprocess.STDOUT),
+            subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", "gthread", "--threads", "64",
+                              "-w", "1", "-b", f"127.0.0.1:{self.port}", "api.wsgi:app"], cwd=ROOT,
+                             env=env, stdout=open(log_dir / "api.log", "w"), stderr=subprocess.STDOUT),
+        ]
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.url}/health", timeout=5).json().get("workers"):
+                    return
+            except (requests.RequestException, ValueError):
+                pass
+            time.sleep(1)
+        raise TimeoutError("llmq stack did not become ready")
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+class BaselineServer:
+    """`bench/baseline_server.py`: one Flask process calling model.generate, one job at a time."""
+
+    def __init__(self, model_path: str, log_dir: Path):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.procs = [subprocess.Popen(
+            [sys.executable, str(ROOT / "bench" / "baseline_server.py"), model_path, str(self.port)],
+            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=open(log_dir / "baseline.log", "w"), stderr=subprocess.STDOUT)]
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.url}/health", timeout=5).ok:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        raise TimeoutError("baseline server did not become ready")
+
+    stop = Stack.stop
