@@ -28,12 +28,16 @@ class Settings(BaseSettings):
     model_cache_dir: Path = Path.home() / ".cache" / "llmq" / "models"
     allow_download: bool = Field(True, description="try the HF hub when the model is not local")
     max_model_len: int = Field(4096, description="context cap (prompt + completion), below the model's own")
-    dtype: Literal["float32", "bfloat16", "float16", "auto"] = "float32"
+    dtype: Literal["float32", "bfloat16", "float16", "auto"] = Field(
+        "auto", description="auto: bfloat16 where the CPU has native BF16 (AVX512-BF16/AMX), else float32")
 
     # Engine / worker
     engine: Literal["hf", "vllm"] = "hf"
     max_batch_size: int = Field(16, ge=1, le=256)
-    max_batch_tokens: int = Field(32768, description="KV tokens reserved by running sequences, at most")
+    kv_cache_mb: int = Field(2048, ge=1, description="KV cache memory budget per worker; admission keeps "
+                             "running rows x their longest reservation (prompt + max_tokens) inside it")
+    prefix_cache_mb: int = Field(256, ge=0, description="memory for reusable prompt-prefix KV blocks; 0 = off")
+    prefix_block_size: int = Field(32, ge=4, description="tokens per prefix-cache block")
     cpus: str | None = Field(None, description="CPU set for the worker, e.g. '0-1' or '0,2'")
     torch_threads: int | None = None
     cancel_poll_s: float = 0.1

@@ -10,7 +10,7 @@ def seq(rid: str, prompt_len: int = 4, max_tokens: int = 8) -> Sequence:
 
 
 def test_admits_up_to_max_batch_size_then_decodes():
-    s = Scheduler(max_batch_size=2, max_batch_tokens=1000)
+    s = Scheduler(max_batch_size=2, kv_budget_tokens=1000)
     a, b, c = seq("a"), seq("b"), seq("c")
     for x in (a, b, c):
         s.add(x)
@@ -22,7 +22,7 @@ def test_admits_up_to_max_batch_size_then_decodes():
 
 
 def test_finished_sequence_frees_its_slot_for_the_next_waiting_one():
-    s = Scheduler(max_batch_size=2, max_batch_tokens=1000)
+    s = Scheduler(max_batch_size=2, kv_budget_tokens=1000)
     a, b, c = seq("a"), seq("b"), seq("c")
     for x in (a, b, c):
         s.add(x)
@@ -33,21 +33,23 @@ def test_finished_sequence_frees_its_slot_for_the_next_waiting_one():
     assert [x.id for x in s.running] == ["b", "c"]
 
 
-def test_kv_budget_limits_admission_and_keeps_fifo_order():
-    s = Scheduler(max_batch_size=8, max_batch_tokens=30)
+def test_kv_budget_counts_rows_times_longest_reservation_and_keeps_fifo_order():
+    s = Scheduler(max_batch_size=8, kv_budget_tokens=35)
+    first = seq("first", prompt_len=10, max_tokens=5)  # reserves 15
     big, small = seq("big", prompt_len=10, max_tokens=10), seq("small", prompt_len=2, max_tokens=2)
-    first = seq("first", prompt_len=10, max_tokens=5)
     for x in (first, big, small):
         s.add(x)
-    assert [x.id for x in s.schedule().prefill] == ["first"]  # big (20) does not fit beside 15
-    assert s.reserved_tokens() == 15
+    assert [x.id for x in s.schedule().prefill] == ["first"]  # 2 rows x 20 > 35: big waits, small too
+    assert s.kv_tokens_needed() == 15
     s.finish(first, "stop")
-    assert [x.id for x in s.schedule().prefill] == ["big", "small"]
+    assert [x.id for x in s.schedule().prefill] == ["big"]  # 2 rows x 20 > 35 again
+    s.finish(big, "stop")
+    assert [x.id for x in s.schedule().prefill] == ["small"]
 
 
 def test_request_larger_than_budget_is_rejected():
     with pytest.raises(ValueError, match="KV tokens"):
-        Scheduler(4, max_batch_tokens=10).add(seq("x", prompt_len=8, max_tokens=8))
+        Scheduler(4, kv_budget_tokens=10).add(seq("x", prompt_len=8, max_tokens=8))
 
 
 def test_finish_removes_waiting_sequence_too():

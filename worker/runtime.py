@@ -82,11 +82,18 @@ def _build_engine(settings: Settings, model: ModelRef):
         return VLLMEngine(model.path, settings)
     from transformers import AutoTokenizer
 
+    from worker.engine.prefix_cache import PrefixCache
     from worker.engine.runner_hf import HFModelRunner
 
-    runner = HFModelRunner(model.path, settings.dtype)
+    runner = HFModelRunner(model.path, settings.dtype, settings.max_batch_size, settings.max_model_len)
+    per_token = runner.kv_bytes_per_token
+    if settings.prefix_cache_mb:
+        runner.prefix = PrefixCache(settings.prefix_block_size, settings.prefix_cache_mb * 2**20 // per_token)
+    budget = settings.kv_cache_mb * 2**20 // per_token
+    log.info("engine: dtype=%s, KV budget %d MB = %d tokens, prefix cache %d MB", runner.dtype,
+             settings.kv_cache_mb, budget, settings.prefix_cache_mb)
     tokenizer = AutoTokenizer.from_pretrained(model.path)
-    return LLMEngine(runner, tokenizer, settings.max_batch_size, settings.max_batch_tokens)
+    return LLMEngine(runner, tokenizer, settings.max_batch_size, budget)
 
 
 _runtime: WorkerRuntime | None = None

@@ -45,10 +45,10 @@ class EngineStats:
 
 class LLMEngine:
     def __init__(self, runner: ModelRunner, tokenizer: Decoder, max_batch_size: int = 16,
-                 max_batch_tokens: int = 32768):
+                 kv_budget_tokens: int = 1 << 20):
         self.runner = runner
         self.tokenizer = tokenizer
-        self.scheduler = Scheduler(max_batch_size, max_batch_tokens)
+        self.scheduler = Scheduler(max_batch_size, kv_budget_tokens)
         self.stats = EngineStats()
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._generators: dict[str, torch.Generator] = {}

@@ -1,9 +1,10 @@
 """Model runner on CPU with transformers: batches in, next-token logits out.
 
-The running batch shares one left-padded KV cache (`DynamicCache`, rows in `self.rows` order) and a
-2-D attention mask; each row carries its own position ids, so rows of different lengths decode
-together. Joining requests are prefilled as their own padded batch, then their KV rows are merged
-into the running cache; leaving requests are dropped and all-padding columns trimmed.
+Each running sequence owns a row of the slot KV cache (`kv_cache.SlotKVCache`); `self.rows[i]` is
+the request in row i. Joining requests are prefilled together (their prompts right-padded, each
+starting after whatever prefix the prefix cache already had for it); decoding runs one token for
+every row. The runner builds the 4-D attention mask itself, so each row attends exactly to its own
+tokens whatever the lengths of the others.
 """
 from __future__ import annotations
 
@@ -11,22 +12,45 @@ import logging
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, DynamicCache
+from transformers import AutoModelForCausalLM
+
+from worker.engine.kv_cache import SlotKVCache
+from worker.engine.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
 
-_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "auto": "auto"}
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    """'auto': bfloat16 where the CPU computes it natively (AVX512-BF16 or AMX), else float32."""
+    if name != "auto":
+        return _DTYPES[name]
+    try:
+        flags = open("/proc/cpuinfo").read()
+    except OSError:
+        flags = ""
+    return torch.bfloat16 if ("avx512_bf16" in flags or "amx_bf16" in flags) else torch.float32
 
 
 class HFModelRunner:
-    def __init__(self, model_path: Path, dtype: str = "float32"):
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=_DTYPES[dtype])
+    def __init__(self, model_path: Path, dtype: str = "float32", max_batch_size: int = 16,
+                 max_model_len: int = 4096, prefix_cache_tokens: int = 0, prefix_block_size: int = 32):
+        self.dtype = resolve_dtype(dtype)
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype)
         self.model.eval()
-        self.config = self.model.config
-        self.rows: list[str] = []  # request id of each cache row
-        self._cache: DynamicCache | None = None
-        self._mask: torch.Tensor | None = None  # rows x cached tokens, 1 = real token
-        self._positions: torch.Tensor | None = None  # next position id per row
+        config = self.model.config
+        self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+        self.max_model_len = min(max_model_len, config.max_position_embeddings)
+        self.cache = SlotKVCache(config.num_hidden_layers, max_batch_size, config.num_key_value_heads,
+                                 self.head_dim, self.dtype, self.max_model_len)
+        self.prefix = PrefixCache(prefix_block_size, prefix_cache_tokens) if prefix_cache_tokens else None
+        self.rows: list[str] = []
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        c = self.model.config
+        return SlotKVCache.bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, self.head_dim, self.dtype)
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -36,75 +60,58 @@ class HFModelRunner:
 
     @torch.inference_mode()
     def prefill(self, request_ids: list[str], prompts: list[list[int]]) -> torch.Tensor:
-        """Run the prompts, add them to the running batch; logits of each prompt's last token."""
-        width = max(map(len, prompts))
+        """Add the requests as new rows and run their prompts; logits of each prompt's last token."""
+        first = len(self.rows)
+        starts = [self._start_row(rid, prompt) for rid, prompt in zip(request_ids, prompts)]
+        suffixes = [prompt[start:] for prompt, start in zip(prompts, starts)]
+        width = max(map(len, suffixes))
         input_ids = torch.zeros(len(prompts), width, dtype=torch.long)
-        mask = torch.zeros(len(prompts), width, dtype=torch.long)
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt):] = torch.tensor(prompt)
-            mask[row, width - len(prompt):] = 1
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        cache = DynamicCache(config=self.config)
-        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions,
-                         cache=cache, use_cache=True, logits_to_keep=1)
-        self._merge(request_ids, cache, mask, positions[:, -1] + 1)
-        return out.logits[:, -1, :]
+        for row, suffix in enumerate(suffixes):
+            input_ids[row, :len(suffix)] = torch.tensor(suffix)
+        positions = torch.tensor(starts).unsqueeze(1) + torch.arange(width)
+        self.cache.prepare(first, first + len(prompts), starts, width)
+        hidden = self.model.model(input_ids=input_ids, position_ids=positions, cache=self.cache,
+                                  attention_mask=self._mask(positions), use_cache=True).last_hidden_state
+        last = hidden[torch.arange(len(prompts)), torch.tensor([len(s) - 1 for s in suffixes])]
+        self.cache.commit([len(p) for p in prompts])
+        if self.prefix is not None:
+            for offset, prompt in enumerate(prompts):
+                self.prefix.insert(prompt, lambda s, e, row=first + offset: self.cache.row_kv(row, s, e))
+        return self.model.lm_head(last).float()
 
     @torch.inference_mode()
     def decode(self, last_tokens: dict[str, int]) -> torch.Tensor:
         """One token for every row; logits in `self.rows` order."""
         input_ids = torch.tensor([[last_tokens[rid]] for rid in self.rows], dtype=torch.long)
-        self._mask = torch.cat([self._mask, torch.ones(len(self.rows), 1, dtype=torch.long)], dim=1)
-        out = self.model(input_ids=input_ids, attention_mask=self._mask,
-                         position_ids=self._positions.unsqueeze(1), cache=self._cache,
-                         use_cache=True)
-        self._positions += 1
-        return out.logits[:, -1, :]
+        starts = list(self.cache.lengths)
+        positions = torch.tensor(starts).unsqueeze(1)
+        self.cache.prepare(0, len(self.rows), starts, 1)
+        out = self.model(input_ids=input_ids, position_ids=positions, cache=self.cache,
+                         attention_mask=self._mask(positions), use_cache=True)
+        self.cache.commit([s + 1 for s in starts])
+        return out.logits[:, -1, :].float()
 
+    @torch.inference_mode()
     def release(self, request_ids: list[str]) -> None:
-        """Drop finished or aborted rows from the cache."""
-        gone = set(request_ids) & set(self.rows)
-        if not gone:
-            return
-        keep = [i for i, rid in enumerate(self.rows) if rid not in gone]
-        self.rows = [self.rows[i] for i in keep]
-        if not keep:
-            self._cache = self._mask = self._positions = None
-            return
-        index = torch.tensor(keep)
-        for layer in self._cache.layers:
-            layer.keys, layer.values = layer.keys[index], layer.values[index]
-        self._mask, self._positions = self._mask[index], self._positions[index]
-        self._trim_left()
+        """Free the rows of finished or aborted requests."""
+        for rid in request_ids:
+            if rid in self.rows:
+                row = self.rows.index(rid)
+                moved = self.cache.remove_row(row)
+                if moved is not None:
+                    self.rows[row] = self.rows[moved]
+                self.rows.pop()
 
-    def _merge(self, request_ids, cache: DynamicCache, mask: torch.Tensor, positions: torch.Tensor) -> None:
-        if self._cache is None:
-            self.rows, self._cache, self._mask, self._positions = list(request_ids), cache, mask, positions
-            return
-        width = max(self._mask.shape[1], mask.shape[1])
-        for old, new in zip(self._cache.layers, cache.layers):
-            old.keys = torch.cat([_pad_left(old.keys, width), _pad_left(new.keys, width)])
-            old.values = torch.cat([_pad_left(old.values, width), _pad_left(new.values, width)])
-        self._mask = torch.cat([_pad_left(self._mask, width), _pad_left(mask, width)])
-        self._positions = torch.cat([self._positions, positions])
-        self.rows += request_ids
+    def _start_row(self, request_id: str, prompt: list[int]) -> int:
+        """Claim a row; copy in the cached prefix if any. Returns the number of tokens reused."""
+        row = self.cache.add_row()
+        self.rows.append(request_id)
+        start = 0
+        for block in (self.prefix.lookup(prompt) if self.prefix is not None else []):
+            start = self.cache.write_row(row, start, block)
+        return start
 
-    def _trim_left(self) -> None:
-        """Columns that are padding in every row cost attention time: cut them."""
-        real = self._mask.any(dim=0).nonzero()
-        start = int(real[0]) if len(real) else 0
-        if start:
-            self._mask = self._mask[:, start:]
-            for layer in self._cache.layers:
-                layer.keys, layer.values = layer.keys[:, :, start:], layer.values[:, :, start:]
-
-
-def _pad_left(t: torch.Tensor, width: int) -> torch.Tensor:
-    """Zero-pad the token axis (dim -2 for KV tensors, -1 for masks) on the left to `width`."""
-    axis = -1 if t.dim() == 2 else -2
-    missing = width - t.shape[axis]
-    if missing == 0:
-        return t
-    shape = list(t.shape)
-    shape[axis] = missing
-    return torch.cat([t.new_zeros(shape), t], dim=axis)
+    def _mask(self, positions: torch.Tensor) -> torch.Tensor:
+        """rows x 1 x queries x width: query at position p sees cached positions 0..p of its row."""
+        kv = torch.arange(self.cache.width)
+        return (kv.view(1, 1, 1, -1) <= positions.view(positions.shape[0], 1, -1, 1))

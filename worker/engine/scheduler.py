@@ -1,9 +1,10 @@
 """Who runs in the next step. Pure Python: no torch, no I/O.
 
 Policy (continuous batching): waiting requests are admitted, oldest first, while the batch has room
-(`max_batch_size`) and the KV budget (`max_batch_tokens`, counting each sequence's prompt plus its
-max_tokens) allows; a step that admits requests prefills them, otherwise all running sequences
-decode one token. Finished or aborted sequences leave at once, so nobody waits for the longest member.
+(`max_batch_size`) and the KV budget allows; a step that admits requests prefills them, otherwise
+all running sequences decode one token. The KV cache gives every running sequence a row as long as
+the longest one needs (see kv_cache.py), so the budget is checked as rows x the longest reservation
+(prompt + max_tokens): a sequence admitted can always finish, nobody is preempted. Finished or aborted sequences leave at once, so nobody waits for the longest member.
 """
 from __future__ import annotations
 
@@ -24,23 +25,25 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    def __init__(self, max_batch_size: int, max_batch_tokens: int):
+    def __init__(self, max_batch_size: int, kv_budget_tokens: int):
         self.max_batch_size = max_batch_size
-        self.max_batch_tokens = max_batch_tokens
+        self.kv_budget_tokens = kv_budget_tokens
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
     def add(self, seq: Sequence) -> None:
-        if seq.reserved_tokens > self.max_batch_tokens:
+        if seq.reserved_tokens > self.kv_budget_tokens:
             raise ValueError(f"request needs {seq.reserved_tokens} KV tokens; "
-                             f"the engine budget is {self.max_batch_tokens}")
+                             f"the engine budget is {self.kv_budget_tokens}")
         self.waiting.append(seq)
 
     def has_work(self) -> bool:
         return bool(self.waiting or self.running)
 
-    def reserved_tokens(self) -> int:
-        return sum(seq.reserved_tokens for seq in self.running)
+    def kv_tokens_needed(self, extra: list[Sequence] = ()) -> int:
+        """KV the running batch (plus `extra`) may need: rows x the longest reservation."""
+        seqs = [*self.running, *extra]
+        return len(seqs) * max((s.reserved_tokens for s in seqs), default=0)
 
     def schedule(self) -> ScheduledBatch:
         admitted = self._admit()
@@ -50,13 +53,11 @@ class Scheduler:
 
     def _admit(self) -> list[Sequence]:
         admitted: list[Sequence] = []
-        budget = self.max_batch_tokens - self.reserved_tokens()
         while self.waiting and len(self.running) < self.max_batch_size:
             seq = self.waiting[0]
-            if seq.reserved_tokens > budget:
+            if self.kv_tokens_needed([seq]) > self.kv_budget_tokens:
                 break  # oldest first: do not let small requests overtake it forever
             self.waiting.popleft()
-            budget -= seq.reserved_tokens
             seq.state = SeqState.RUNNING
             self.running.append(seq)
             admitted.append(seq)
