@@ -12,6 +12,8 @@ and the llmq/baseline ratios. Loopback only; bounded by the request counts.
 from __future__ import annotations
 
 import argparse
+import importlib.util
+import os
 import json
 import statistics
 import time
@@ -21,8 +23,8 @@ from pathlib import Path
 
 import requests
 
-from bench.stack import BaselineServer, Stack
-from common.models import resolve_model
+from bench.stack import BaselineServer, PeerServer, Stack
+from common.models import EMBEDDED_GGUF, EMBEDDED_PACKAGE, resolve_model
 from common.settings import Settings
 from common.sseclient import iter_sse
 
@@ -73,6 +75,24 @@ def baseline_request(url: str, prompt: str, max_tokens: int) -> Sample:
         return _stream(resp, t0)
 
 
+def peer_request(url: str, prompt: str, max_tokens: int) -> Sample:
+    """OpenAI-style streaming chat completion; each content delta counts as one token."""
+    t0 = time.perf_counter()
+    sample = Sample(ok=False)
+    with requests.post(f"{url}/v1/chat/completions", stream=True, timeout=3600, json={
+            "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": True}) as resp:
+        for event in iter_sse(resp.iter_lines(chunk_size=None)):
+            if event.data == "[DONE]":
+                sample.ok, sample.latency = True, time.perf_counter() - t0
+                break
+            delta = event.json()["choices"][0].get("delta", {}).get("content")
+            if delta:
+                sample.tokens += 1
+                sample.ttft = sample.ttft or time.perf_counter() - t0
+    return sample
+
+
 def run_level(request_fn, url: str, clients: int, per_client: int, max_tokens: int) -> dict:
     def client(index: int) -> list[Sample]:
         return [request_fn(url, f"Write a long, detailed story about {TOPICS[(index * per_client + i) % len(TOPICS)]}.",
@@ -110,10 +130,10 @@ def measure(name, server, request_fn, args) -> list[dict]:
     return rows
 
 
-def print_table(ours: list[dict], base: list[dict]) -> None:
-    head = f"{'clients':>7} | {'llmq tok/s':>10} {'base tok/s':>10} {'ratio':>6} | " \
-           f"{'llmq p50/p95 lat':>16} {'base p50/p95 lat':>16} | {'llmq p50/p95 ttft':>17} " \
-           f"{'base p50/p95 ttft':>17} | failed"
+def print_table(ours: list[dict], base: list[dict], label: str = "base") -> None:
+    head = f"{'clients':>7} | {'llmq tok/s':>10} {label + ' tok/s':>10} {'ratio':>6} | " \
+           f"{'llmq p50/p95 lat':>16} {label + ' p50/p95 lat':>16} | {'llmq p50/p95 ttft':>17} " \
+           f"{label + ' p50/p95 ttft':>17} | failed"
     print("\n" + head + "\n" + "-" * len(head))
     for o, b in zip(ours, base or [None] * len(ours)):
         ratio = f"{o['tokens_per_s'] / b['tokens_per_s']:.2f}x" if b else "-"
@@ -126,6 +146,10 @@ def print_table(ours: list[dict], base: list[dict]) -> None:
               + (f"/{b['failed']}" if b else ""))
 
 
+def embedded_gguf() -> Path:
+    return Path(importlib.util.find_spec(EMBEDDED_PACKAGE).submodule_search_locations[0]) / EMBEDDED_GGUF
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 8, 16])
@@ -135,21 +159,31 @@ def main() -> None:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--skip-baseline", action="store_true")
+    parser.add_argument("--peer", action="store_true",
+                        help="also drive llama-cpp-python's server on the embedded GGUF (pip install 'llama-cpp-python[server]')")
+    parser.add_argument("--dtype", default="auto", help="llmq worker and baseline dtype")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
 
     logs = args.out / "logs"
-    stack = None if args.url else Stack(args.redis_url, args.model, logs)
+    stack = None if args.url else Stack(args.redis_url, args.model, logs, {"LLMQ_DTYPE": args.dtype})
     ours = measure("llmq", stack, llmq_request, args)
-    base = []
+    base, peer = [], []
     if not args.skip_baseline:
         model_path = resolve_model(Settings(model=args.model, allow_download=False)).path
-        base = measure("baseline", BaselineServer(str(model_path), logs), baseline_request, args)
+        base = measure("baseline", BaselineServer(str(model_path), logs, args.dtype), baseline_request, args)
+    if args.peer:
+        gguf = embedded_gguf()
+        peer = measure("peer", PeerServer(str(gguf), logs, threads=os.cpu_count()), peer_request, args)
     print_table(ours, base)
+    if peer:
+        print("\nvs llama-cpp-python server (same GGUF, Q4_1):")
+        print_table(ours, peer, "peer")
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     (args.out / f"bench-{stamp}.json").write_text(json.dumps(
-        {"args": {k: str(v) for k, v in vars(args).items()}, "llmq": ours, "baseline": base}, indent=2))
+        {"args": {k: str(v) for k, v in vars(args).items()}, "llmq": ours, "baseline": base,
+         "peer": peer}, indent=2))
 
 
 if __name__ == "__main__":

@@ -64,12 +64,12 @@ class Stack:
 class BaselineServer:
     """`bench/baseline_server.py`: one Flask process calling model.generate, one job at a time."""
 
-    def __init__(self, model_path: str, log_dir: Path):
+    def __init__(self, model_path: str, log_dir: Path, dtype: str = "auto"):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         log_dir.mkdir(parents=True, exist_ok=True)
         self.procs = [subprocess.Popen(
-            [sys.executable, str(ROOT / "bench" / "baseline_server.py"), model_path, str(self.port)],
+            [sys.executable, str(ROOT / "bench" / "baseline_server.py"), model_path, str(self.port), dtype],
             cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=open(log_dir / "baseline.log", "w"), stderr=subprocess.STDOUT)]
 
@@ -83,5 +83,33 @@ class BaselineServer:
                 pass
             time.sleep(1)
         raise TimeoutError("baseline server did not become ready")
+
+    stop = Stack.stop
+
+
+class PeerServer:
+    """llama-cpp-python's OpenAI-compatible server on the embedded model's GGUF file (the peer)."""
+
+    def __init__(self, gguf_path: str, log_dir: Path, threads: int):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.procs = [subprocess.Popen(
+            [sys.executable, "-m", "llama_cpp.server", "--model", gguf_path, "--host", "127.0.0.1",
+             "--port", str(self.port), "--n_ctx", "4096", "--n_threads", str(threads),
+             "--chat_format", "chatml"],
+            cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            stdout=open(log_dir / "peer.log", "w"), stderr=subprocess.STDOUT)]
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                if requests.get(f"{self.url}/v1/models", timeout=5).ok:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(1)
+        raise TimeoutError("peer server did not become ready")
 
     stop = Stack.stop

@@ -38,6 +38,8 @@ class Settings(BaseSettings):
                              "running rows x their longest reservation (prompt + max_tokens) inside it")
     prefix_cache_mb: int = Field(256, ge=0, description="memory for reusable prompt-prefix KV blocks; 0 = off")
     prefix_block_size: int = Field(32, ge=4, description="tokens per prefix-cache block")
+    max_prefill_tokens: int = Field(768, ge=1, description="padded prompt tokens computed per prefill "
+                                    "step (a single longer prompt still runs alone)")
     cpus: str | None = Field(None, description="CPU set for the worker, e.g. '0-1' or '0,2'")
     torch_threads: int | None = None
     cancel_poll_s: float = 0.1

@@ -60,3 +60,21 @@ def test_finish_removes_waiting_sequence_too():
     s.finish(b, "cancelled")
     assert list(s.waiting) == [a] and b.state is SeqState.FINISHED and b.finish_reason == "cancelled"
     assert s.find("a") is a and s.find("b") is None
+
+
+def test_prefill_budget_splits_a_burst_and_keeps_short_prompts_unpadded():
+    s = Scheduler(max_batch_size=8, kv_budget_tokens=10_000, max_prefill_tokens=100)
+    long1, long2 = seq("long1", prompt_len=80), seq("long2", prompt_len=80)
+    shorts = [seq(f"s{i}", prompt_len=10) for i in range(5)]
+    for x in (long1, long2, *shorts):
+        s.add(x)
+    assert [x.id for x in s.schedule().prefill] == ["long1"]  # alone: 2 x 80 > 100
+    assert [x.id for x in s.schedule().prefill] == ["long2"]  # long2 + s0 would pad s0 to 80
+    assert [x.id for x in s.schedule().prefill] == [f"s{i}" for i in range(5)]  # 5 x 10
+
+
+def test_prefill_cost_can_discount_cached_prefixes():
+    s = Scheduler(8, 10_000, max_prefill_tokens=100, prefill_cost=lambda prompt: len(prompt) - 70)
+    for i in range(4):
+        s.add(seq(f"x{i}", prompt_len=80))  # 10 uncached tokens each
+    assert len(s.schedule().prefill) == 4

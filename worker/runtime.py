@@ -69,6 +69,11 @@ class WorkerRuntime:
             "steps": stats.steps, "tokens_generated": stats.tokens_generated,
             "max_batch_seen": stats.max_batch_size, "updated_at": time.time(),
         }
+        prefix = getattr(getattr(self.loop.engine, "runner", None), "prefix", None)
+        if prefix is not None:
+            info["prefix_cache"] = {"hit_rate": round(prefix.stats.hit_rate, 4), "blocks": len(prefix),
+                                    "hit_tokens": prefix.stats.hit_tokens,
+                                    "queried_tokens": prefix.stats.queried_tokens}
         pipe = self.redis.pipeline()
         pipe.hset(self.keys.workers, self.name, json.dumps(info))
         pipe.set(self.keys.worker_alive(self.name), "1", ex=max(3, int(3 * self.settings.heartbeat_s)))
@@ -93,7 +98,7 @@ def _build_engine(settings: Settings, model: ModelRef):
     log.info("engine: dtype=%s, KV budget %d MB = %d tokens, prefix cache %d MB", runner.dtype,
              settings.kv_cache_mb, budget, settings.prefix_cache_mb)
     tokenizer = AutoTokenizer.from_pretrained(model.path)
-    return LLMEngine(runner, tokenizer, settings.max_batch_size, budget)
+    return LLMEngine(runner, tokenizer, settings.max_batch_size, budget, settings.max_prefill_tokens)
 
 
 _runtime: WorkerRuntime | None = None

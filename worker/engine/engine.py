@@ -45,10 +45,11 @@ class EngineStats:
 
 class LLMEngine:
     def __init__(self, runner: ModelRunner, tokenizer: Decoder, max_batch_size: int = 16,
-                 kv_budget_tokens: int = 1 << 20):
+                 kv_budget_tokens: int = 1 << 20, max_prefill_tokens: int = 1 << 30):
         self.runner = runner
         self.tokenizer = tokenizer
-        self.scheduler = Scheduler(max_batch_size, kv_budget_tokens)
+        self.scheduler = Scheduler(max_batch_size, kv_budget_tokens, max_prefill_tokens,
+                                   getattr(runner, "prefill_tokens", len))
         self.stats = EngineStats()
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._generators: dict[str, torch.Generator] = {}

@@ -54,6 +54,15 @@ class PrefixCache:
         self.stats.hit_tokens += len(found) * self.block_size
         return found
 
+    def peek(self, tokens: list[int]) -> int:
+        """How many leading tokens `lookup` would reuse now (no LRU or stats change)."""
+        count = 0
+        for key in self._block_keys(tokens[:-1]):
+            if key not in self._blocks:
+                break
+            count += self.block_size
+        return count
+
     def insert(self, tokens: list[int], read_kv: Callable[[int, int], LayerKV]) -> None:
         """Store the prompt's full blocks not cached yet; `read_kv(start, end)` copies them out."""
         if not self.max_blocks:

@@ -58,6 +58,10 @@ class HFModelRunner:
         ids = ids if isinstance(ids, list) else [ids]
         return {i for i in ids if i is not None}
 
+    def prefill_tokens(self, prompt: list[int]) -> int:
+        """Tokens a prefill of `prompt` would compute now (after the cached prefix)."""
+        return len(prompt) - (self.prefix.peek(prompt) if self.prefix is not None else 0)
+
     @torch.inference_mode()
     def prefill(self, request_ids: list[str], prompts: list[list[int]]) -> torch.Tensor:
         """Add the requests as new rows and run their prompts; logits of each prompt's last token."""

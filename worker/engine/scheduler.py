@@ -4,11 +4,15 @@ Policy (continuous batching): waiting requests are admitted, oldest first, while
 (`max_batch_size`) and the KV budget allows; a step that admits requests prefills them, otherwise
 all running sequences decode one token. The KV cache gives every running sequence a row as long as
 the longest one needs (see kv_cache.py), so the budget is checked as rows x the longest reservation
-(prompt + max_tokens): a sequence admitted can always finish, nobody is preempted. Finished or aborted sequences leave at once, so nobody waits for the longest member.
+(prompt + max_tokens): a sequence admitted can always finish, nobody is preempted.
+A prefill step computes at most `max_prefill_tokens` padded tokens (rows x the longest prompt
+part not served by the prefix cache), so a burst of long prompts is spread over several steps and
+short prompts are not padded to the length of long ones. Finished or aborted sequences leave at once, so nobody waits for the longest member.
 """
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from worker.engine.sequence import Sequence, SeqState
@@ -25,9 +29,12 @@ class ScheduledBatch:
 
 
 class Scheduler:
-    def __init__(self, max_batch_size: int, kv_budget_tokens: int):
+    def __init__(self, max_batch_size: int, kv_budget_tokens: int, max_prefill_tokens: int = 1 << 30,
+                 prefill_cost: Callable[[list[int]], int] = len):
         self.max_batch_size = max_batch_size
         self.kv_budget_tokens = kv_budget_tokens
+        self.max_prefill_tokens = max_prefill_tokens
+        self.prefill_cost = prefill_cost
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []
 
@@ -53,10 +60,14 @@ class Scheduler:
 
     def _admit(self) -> list[Sequence]:
         admitted: list[Sequence] = []
+        longest = 0
         while self.waiting and len(self.running) < self.max_batch_size:
             seq = self.waiting[0]
             if self.kv_tokens_needed([seq]) > self.kv_budget_tokens:
                 break  # oldest first: do not let small requests overtake it forever
+            longest = max(longest, self.prefill_cost(seq.request.prompt_token_ids))
+            if admitted and (len(admitted) + 1) * longest > self.max_prefill_tokens:
+                break
             self.waiting.popleft()
             seq.state = SeqState.RUNNING
             self.running.append(seq)
