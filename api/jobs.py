@@ -37,8 +37,12 @@ def _record_or_404(job_id: str) -> dict:
 def create_job():
     req = JobRequest.model_validate(json_body())
     status, record = submit_job(services(), req)
-    response = jsonify(job_view(record))
-    response.status_code = status
+    if req.stream:  # answer with the job's event stream right away (same events as .../events)
+        response = sse_response(job_event_stream(services(), record["id"], None))
+        response.headers["X-Job-Id"] = record["id"]
+    else:
+        response = jsonify(job_view(record))
+        response.status_code = status
     response.headers["Location"] = url_for("jobs.get_job", job_id=record["id"])
     return response
 

@@ -117,3 +117,15 @@ def test_same_seed_same_text(live_api):
                 temperature=1.0, top_p=0.9, seed=42)
     a, b = submit(live_api, **body), submit(live_api, **body)
     assert wait_for_job(live_api, a["id"])["text"] == wait_for_job(live_api, b["id"])["text"]
+
+
+def test_post_with_stream_true_answers_with_the_event_stream(live_api):
+    body = {"prompt": "Three facts about owls:", "max_tokens": 20, "temperature": 0, "stream": True,
+            "cache": False}
+    with requests.post(f"{live_api}/v1/jobs", json=body, stream=True, timeout=60) as resp:
+        assert resp.status_code == 200 and resp.headers["Content-Type"].startswith("text/event-stream")
+        job_id = resp.headers["X-Job-Id"]
+        assert resp.headers["Location"] == f"/v1/jobs/{job_id}"
+        events = list(iter_sse(resp.iter_lines(chunk_size=None)))
+    final = wait_for_job(live_api, job_id)
+    assert events[-1].event == "done" and chunks_text(events) == final["text"] != ""
