@@ -52,7 +52,7 @@ status() {
   for pidfile in $(pidfiles); do
     pid=$(cat "$pidfile"); name=$(basename "$pidfile" .pid)
     if kill -0 "$pid" 2>/dev/null; then
-      echo "$name pid $pid cpus $(taskset -cp "$pid" 2>/dev/null | sed 's/.*: //')"
+      echo "$name pid $pid cpus $(awk '/^Cpus_allowed_list/ {print $2}' "/proc/$pid/status")"
     else
       echo "$name (pid $pid) not running"
     fi
