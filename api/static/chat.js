@@ -119,7 +119,7 @@ async function refreshJobs() {
 // ---- one turn -------------------------------------------------------------------------------
 async function send(prompt) {
   const messages = [...state.history, { role: "user", content: prompt }];
-  const body = { messages, stream: true, max_tokens: Number($("max-tokens").value) || undefined,
+  const body = { messages, max_tokens: Number($("max-tokens").value) || undefined,
                  temperature: Number($("temperature").value) };
   if ($("json-mode").checked) body.response_format = { type: "json_object" };
   addMessage("user", prompt);
