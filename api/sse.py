@@ -63,4 +63,4 @@ def sse_response(events: Iterator[tuple[str | None, str, dict]]) -> Response:
             yield ": keep-alive\n\n" if event == "heartbeat" else format_event(event_id, event, data)
 
     return Response(stream_with_context(body()), mimetype="text/event-stream", headers={
-        "Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive"})
+        "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

@@ -11,7 +11,7 @@ import uuid
 
 from api.errors import ApiError
 from api.services import Services
-from common.celery_app import TASK_GENERATE
+from common.celery_app import TASK_GENERATE, task_options
 from common.prompting import TemplateError
 from common.schemas import JobRequest, JobStatus
 
@@ -46,8 +46,8 @@ def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
         raise ApiError(429, "queue_full", f"{svc.settings.max_queue} jobs are already waiting; "
                                           "retry later", {"Retry-After": str(_retry_after(svc))})
     try:
-        svc.celery.send_task(TASK_GENERATE, args=[job_id, model.name], task_id=job_id,
-                             queue=fields["queue"])
+        svc.celery.send_task(TASK_GENERATE, args=[job_id, model.name], queue=fields["queue"],
+                             **task_options(svc.settings, job_id, model.name))
     except Exception:
         svc.store.finish(job_id, JobStatus.FAILED, finish_reason="error",
                          error={"type": "enqueue_failed", "message": "could not reach the broker"})

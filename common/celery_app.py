@@ -1,6 +1,8 @@
 """Celery configuration shared by the API (which sends tasks by name) and the workers."""
 from __future__ import annotations
 
+import uuid
+
 from celery import Celery
 
 from common.settings import Settings, get_settings
@@ -44,3 +46,16 @@ def make_celery(settings: Settings) -> Celery:
 
 
 app = make_celery(get_settings())  # for the `celery -A common.celery_app ...` CLI (Flower)
+
+
+def task_options(settings: Settings, job_id: str, model: str) -> dict:
+    """How a job's task shows up in Celery events and Flower (issue 5).
+
+    By default the task id is the job id and Flower shows `[job_id, model]`. With
+    `private_task_events` the task gets a random id and its args read `["<hidden>", model]`: when
+    API auth is off a job id is enough to read the job's prompt and answer, so people who can see
+    Flower should not see job ids. The real args still carry the job id to the worker.
+    """
+    if not settings.private_task_events:
+        return {"task_id": job_id}
+    return {"task_id": uuid.uuid4().hex, "argsrepr": repr(["<hidden>", model]), "kwargsrepr": "{}"}

@@ -144,10 +144,13 @@ class JobStore:
     def request_cancel(self, job_id: str) -> str:
         """'cancelled' (was queued), 'cancelling' (running: the worker stops it), 'missing',
         or 'ended:<status>' when it had already ended."""
-        return self._cancel(
+        outcome = self._cancel(
             keys=[self.keys.job(job_id), self.keys.queued],
             args=[job_id, time.time(), self.job_ttl_s],
         )
+        if outcome == "cancelled":
+            self.count(f"finished:{JobStatus.CANCELLED.value}")
+        return outcome
 
     def finish(self, job_id: str, status: JobStatus, **fields: Any) -> bool:
         """Write the terminal state once; False if the job had already ended."""
@@ -156,6 +159,8 @@ class JobStore:
             keys=[self.keys.job(job_id), self.keys.events(job_id), self.keys.queued],
             args=[job_id, self.job_ttl_s, *_encode(fields)],
         )
+        if result == "ok":
+            self.count(f"finished:{status.value}")
         return result == "ok"
 
     # --- reads ------------------------------------------------------------------------------
@@ -198,11 +203,20 @@ class JobStore:
     # --- result cache -----------------------------------------------------------------------
     def cache_get(self, digest: str) -> dict[str, Any] | None:
         value = self.r.get(self.keys.cache(digest))
+        self.count("cache_hits" if value else "cache_misses")
         return json.loads(value) if value else None
 
     def cache_put(self, digest: str, result: dict[str, Any], ttl_s: int) -> None:
         if ttl_s > 0:
             self.r.set(self.keys.cache(digest), json.dumps(result), ex=ttl_s)
+
+    # --- counters (issue 5: metrics) --------------------------------------------------------
+    def count(self, name: str, by: int = 1) -> None:
+        """Bump a cluster-wide counter (read by the API's /metrics)."""
+        self.r.hincrby(self.keys.stats, name, by)
+
+    def counters(self) -> dict[str, int]:
+        return {name: int(value) for name, value in self.r.hgetall(self.keys.stats).items()}
 
 
 def done_payload(record: dict[str, Any]) -> dict[str, Any]:

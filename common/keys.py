@@ -48,3 +48,17 @@ class Keys:
     def queue(self, model: str) -> str:
         """Celery queue name for a model."""
         return f"{self.ns}.{model_slug(model)}"
+
+    # --- issue 5: metrics -----------------------------------------------------------------
+    @property
+    def stats(self) -> str:
+        """Hash of cluster-wide counters (jobs finished by status, cache hits and misses)."""
+        return f"{self.ns}:stats"
+
+    def broker_lists(self, queue: str) -> list[str]:
+        """The Redis lists holding a Celery queue's messages: kombu keeps one per priority step
+        (under the broker's key prefix), so a queue's depth is the sum of their lengths."""
+        from kombu.transport.redis import PRIORITY_STEPS, Channel
+
+        return [f"{self.ns}:broker:{queue}{Channel.sep}{p}" if p else f"{self.ns}:broker:{queue}"
+                for p in PRIORITY_STEPS]

@@ -10,6 +10,7 @@ import fcntl
 import importlib.util
 import logging
 import shutil
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,17 +96,36 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("converting %s to safetensors in %s (once)", gguf.name, target)
+    progress = _Stages(3)
     tmp = target.with_name(target.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
+    progress.next("reading the tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    progress.next("de-quantizing the GGUF weights")
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model.hf_quantizer = None  # weights are dequantized; save them as plain tensors
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
+    progress.next("writing safetensors")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
     tmp.rename(target)
-    log.info("model ready at %s", target)
+    log.info("model ready at %s (%.1fs)", target, progress.elapsed())
+
+
+class _Stages:
+    """'[2/3] de-quantizing ... (4.1s)' lines, so a long first preparation shows where it is."""
+
+    def __init__(self, total: int):
+        self.total, self.done = total, 0
+        self.start = time.monotonic()
+
+    def next(self, what: str) -> None:
+        self.done += 1
+        log.info("[%d/%d] %s (%.1fs so far)", self.done, self.total, what, self.elapsed())
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.start
 
 
 if __name__ == "__main__":  # `python -m common.models`: prepare the configured model, print its path

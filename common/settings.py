@@ -63,6 +63,15 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = False
 
+    # Operations (issue 5): worker metrics, Flower privacy, the vLLM engine
+    metrics_port: int = Field(0, ge=0, le=65535, description="worker's Prometheus port; 0 disables it")
+    metrics_host: str = Field("127.0.0.1", description="address the worker's metrics server binds")
+    private_task_events: bool = Field(
+        False, description="keep job ids out of Celery events and Flower: random task ids, args shown "
+                           "as the model only (a job id is enough to read a job when auth is off)")
+    vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
+    vllm_enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start, slower steps")
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -41,3 +41,14 @@ start_bg() {  # start_bg NAME CMD...: run in the background, pid in $RUN_DIR/NAM
   echo $! >"$RUN_DIR/$name.pid"
   log "started $name (pid $!, log $RUN_DIR/$name.log)"
 }
+
+ensure_chromium() {  # the chat-page test drives Debian's chromium; without it that test skips
+  command -v chromium >/dev/null 2>&1 && return
+  if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" != 0 ]; then
+    log "no chromium (and no root apt-get to install it): the chat-page browser test will skip"
+    return
+  fi
+  log "installing chromium (Debian package) for the chat-page browser test"
+  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
+    || log "could not install chromium: the chat-page browser test will skip"
+}

@@ -15,16 +15,19 @@ from common.sseclient import iter_sse  # noqa: E402
 
 
 def wait_ready(api: str, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    start = time.monotonic()
+    while time.monotonic() - start < timeout:
         try:
             health = requests.get(f"{api}/health", timeout=5).json()
             if health.get("workers"):
-                print(f"ready: model {health['model']['name']} ({health['model']['source']}), "
+                print(f"\rready: model {health['model']['name']} ({health['model']['source']}), "
                       f"workers {health['workers']}", file=sys.stderr)
                 return
+            waiting = "a worker to load the model"
         except (requests.RequestException, ValueError):
-            pass
+            waiting = "the API to start"
+        print(f"\rwaiting for {waiting} ... {time.monotonic() - start:.0f}s ", end="", file=sys.stderr,
+              flush=True)
         time.sleep(1)
     sys.exit(f"llmq was not ready after {timeout:.0f}s; see .run/*.log")
 

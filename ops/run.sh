@@ -2,6 +2,7 @@
 # One command, fresh machine to streamed answer: install, prepare the model, start Redis (if none
 # answers), a worker, the API and Flower, then submit a prompt and stream the answer.
 #   bash ops/run.sh ["your prompt"]        stop everything with: bash ops/stop.sh
+# LLMQ_CPU_WORKERS=K starts K workers pinned to disjoint core sets instead of one (ops/workers.sh).
 source "$(dirname "$0")/common.sh"
 PROMPT=${1:-"Explain in two sentences why a job queue helps when many users share one small LLM."}
 API_PORT=${LLMQ_API_PORT:-8000}
@@ -11,10 +12,14 @@ install_deps
 ensure_redis
 prepare_model
 bash ops/stop.sh >/dev/null 2>&1 || true
-start_bg worker "$PY" -m worker --cpus "${LLMQ_CPUS:-0-$(($(nproc) - 1))}"
+if [ "${LLMQ_CPU_WORKERS:-1}" -gt 1 ]; then
+  bash ops/workers.sh start --cpu "$LLMQ_CPU_WORKERS"
+else
+  start_bg worker "$PY" -m worker --cpus "${LLMQ_CPUS:-0-$(($(nproc) - 1))}"
+fi
 start_bg api "$PY" -m gunicorn -k gthread --threads 64 -w 1 -b "127.0.0.1:$API_PORT" api.wsgi:app
 start_bg flower "$PY" -m celery -A common.celery_app flower --port="$FLOWER_PORT" --address=127.0.0.1
 log "waiting for the worker to load the model"
 "$PY" ops/demo_client.py --api "http://127.0.0.1:$API_PORT" --wait-ready 180 "$PROMPT"
-log "API http://127.0.0.1:$API_PORT  (health: /health)   Flower http://127.0.0.1:$FLOWER_PORT"
+log "chat page http://127.0.0.1:$API_PORT/   API health /health, metrics /metrics   Flower http://127.0.0.1:$FLOWER_PORT"
 log "services keep running; stop them with: bash ops/stop.sh"

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Stop what ops/run.sh started (Redis is left alone).
 source "$(dirname "$0")/common.sh"
-for name in api flower worker; do
-  pidfile="$RUN_DIR/$name.pid"
+for pidfile in "$RUN_DIR"/{api,flower,worker}.pid "$RUN_DIR"/worker-*.pid; do  # worker-*: ops/workers.sh
   [ -f "$pidfile" ] || continue
+  name=$(basename "$pidfile" .pid)
   pid=$(cat "$pidfile")
   if kill "$pid" 2>/dev/null; then
     for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done

@@ -5,6 +5,7 @@
 source "$(dirname "$0")/common.sh"
 export HF_HUB_OFFLINE=1
 install_deps
+ensure_chromium
 ensure_redis
 LLMQ_MODEL=${LLMQ_TEST_MODEL:-embedded} prepare_model >/dev/null
 exec "$PY" -m pytest -q -ra "$@"

@@ -10,15 +10,7 @@ import os
 
 from common.logs import setup_logging
 from common.settings import get_settings
-
-
-def parse_cpus(spec: str) -> set[int]:
-    """'0-1,4' -> {0, 1, 4}"""
-    cpus: set[int] = set()
-    for part in spec.split(","):
-        lo, _, hi = part.partition("-")
-        cpus.update(range(int(lo), int(hi or lo) + 1))
-    return cpus
+from worker.pinning import parse_cpus
 
 
 def pin(cpus: str | None, torch_threads: int | None) -> None:
@@ -38,7 +30,10 @@ def main(argv: list[str] | None = None) -> None:
                         help="jobs held at once (default: the engine's max batch size)")
     parser.add_argument("--name", default=None, help="Celery node name")
     parser.add_argument("--loglevel", default=settings.log_level)
+    parser.add_argument("--metrics-port", type=int, default=settings.metrics_port,
+                        help="serve Prometheus metrics on this port (0: off)")
     args = parser.parse_args(argv)
+    settings = settings.model_copy(update={"metrics_port": args.metrics_port})
 
     setup_logging(settings, "worker")
     pin(args.cpus, args.threads)
@@ -46,6 +41,8 @@ def main(argv: list[str] | None = None) -> None:
 
     runtime = WorkerRuntime.build(settings)
     set_runtime(runtime)
+    if settings.metrics_port:
+        runtime.metrics.serve(settings.metrics_port, settings.metrics_host)
     runtime.start_heartbeat()
     runtime.heartbeat()
     from worker.tasks import app

@@ -12,6 +12,7 @@ from common.jobs import JobStore
 from common.schemas import JobStatus
 from worker.engine.loop import EngineLoop, RequestStream
 from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
+from worker.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -26,19 +27,21 @@ class _Progress:
     completion_tokens: int = 0
     prompt_tokens: int = 0
     batch_size_max: int = 0
+    first_token_at: float | None = None
     finish: RequestOutput | None = None
     pending: list[RequestOutput] = field(default_factory=list)
 
 
 class JobRunner:
     def __init__(self, store: JobStore, loop: EngineLoop, worker_name: str, max_attempts: int,
-                 cancel_poll_s: float, cache_ttl_s: int):
+                 cancel_poll_s: float, cache_ttl_s: int, metrics: WorkerMetrics | None = None):
         self.store = store
         self.loop = loop
         self.worker_name = worker_name
         self.max_attempts = max_attempts
         self.cancel_poll_s = cancel_poll_s
         self.cache_ttl_s = cache_ttl_s
+        self.metrics = metrics
 
     def run(self, job_id: str) -> dict:
         outcome, attempts = self.store.start(job_id, self.worker_name, self.max_attempts)
@@ -55,6 +58,8 @@ class JobRunner:
             self.store.append_event(job_id, "restart", {"attempt": attempts,
                                                         "reason": "previous worker was lost"})
         record = self.store.get(job_id)
+        if self.metrics:
+            self.metrics.job_started(record["created_at"], record["started_at"])
         try:
             return self._generate(job_id, record)
         except Exception as exc:
@@ -78,6 +83,9 @@ class JobRunner:
                 if self.store.cancel_requested(job_id):
                     self.loop.abort(job_id)
         out = progress.finish
+        if self.metrics:
+            self.metrics.job_generated(record["created_at"], progress.first_token_at, time.time(),
+                                       progress.completion_tokens)
         status = _STATUS_BY_REASON[out.finish_reason]
         error = {"type": "engine_error", "message": out.error} if out.error else None
         result = self._end(job_id, status, finish_reason=out.finish_reason, text=progress.text,
@@ -99,6 +107,8 @@ class JobRunner:
             progress.pending.append(output)
             progress.completion_tokens = output.completion_tokens
             progress.batch_size_max = max(progress.batch_size_max, output.batch_size)
+            if progress.first_token_at is None and output.new_token_ids:
+                progress.first_token_at = time.time()
             if output.finished:
                 progress.finish = output
                 return
@@ -120,5 +130,10 @@ class JobRunner:
         the job gets the final state."""
         if self.store.finish(job_id, status, **fields):
             self.store.publish_done(job_id)
+            if self.metrics:
+                self.metrics.job_finished(status.value)
+            log.info("job %s %s (%s)", job_id, status.value, fields.get("finish_reason"),
+                     extra={"job_id": job_id, "status": status.value,
+                            "completion_tokens": fields.get("completion_tokens")})
         return {"job_id": job_id, "status": status.value, "finish_reason": fields.get("finish_reason")}
 

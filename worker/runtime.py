@@ -21,6 +21,7 @@ from common.models import ModelRef, resolve_model
 from common.settings import Settings
 from worker.engine.engine import LLMEngine
 from worker.engine.loop import EngineLoop
+from worker.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +37,8 @@ class WorkerRuntime:
         self.redis = redis.Redis.from_url(settings.redis_url, decode_responses=True,
                                           health_check_interval=30)
         self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen)
+        self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
+            "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
 
     @classmethod
     def build(cls, settings: Settings) -> "WorkerRuntime":
@@ -68,6 +71,7 @@ class WorkerRuntime:
             "cpus": sorted(os.sched_getaffinity(0)), "torch_threads": torch.get_num_threads(),
             "steps": stats.steps, "tokens_generated": stats.tokens_generated,
             "max_batch_seen": stats.max_batch_size, "updated_at": time.time(),
+            "running": self.loop.active, "metrics_port": self.settings.metrics_port,
         }
         prefix = getattr(getattr(self.loop.engine, "runner", None), "prefix", None)
         if prefix is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from common.celery_app import TASK_GENERATE, make_celery
+from common.logs import job_context
 from common.settings import get_settings
 from worker.job_runner import JobRunner
 from worker.runtime import get_runtime
@@ -15,11 +16,16 @@ def job_runner() -> JobRunner:
     if _job_runner is None:
         rt = get_runtime()
         s = rt.settings
-        _job_runner = JobRunner(rt.store, rt.loop, rt.name, s.max_attempts, s.cancel_poll_s, s.cache_ttl_s)
+        _job_runner = JobRunner(rt.store, rt.loop, rt.name, s.max_attempts, s.cancel_poll_s, s.cache_ttl_s,
+                                metrics=rt.metrics)
     return _job_runner
 
 
 @app.task(name=TASK_GENERATE, acks_late=True, reject_on_worker_lost=True, ignore_result=False)
 def generate(job_id: str, model: str) -> dict:
-    """Generate the job's completion. Arguments carry no prompt text: the job record holds it."""
-    return job_runner().run(job_id)
+    """Generate the job's completion. Arguments carry no prompt text: the job record holds it.
+    The result (shown by Flower) carries no job id either: the task id and args already do,
+    unless `private_task_events` hides them."""
+    with job_context(job_id):
+        result = job_runner().run(job_id)
+    return {"status": result["status"], "finish_reason": result.get("finish_reason")}

@@ -50,6 +50,11 @@ class EngineLoop:
         self._inbox.put(("abort", request_id))
         self._wake.set()
 
+    @property
+    def active(self) -> int:
+        """Requests in the engine now (read from any thread; for heartbeats and metrics)."""
+        return len(self._streams)
+
     def _run(self) -> None:
         while True:
             self._drain_inbox()

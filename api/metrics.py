@@ -1,0 +1,139 @@
+"""`GET /metrics` in Prometheus format, and a structured access log line per request.
+
+Two kinds of figures: this process's HTTP request counts and latencies (prometheus-client
+counters), and cluster-wide ones read from Redis when scraped (queue depth per Celery queue, jobs
+queued/running, jobs finished by status, result-cache hits and misses, live workers), so any API
+process answers them the same.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import redis
+from flask import Flask, Response, g, request
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from api.services import Services
+
+log = logging.getLogger("api.access")
+
+
+class ClusterCollector:
+    """Reads llmq's state from Redis at scrape time; a Redis outage shows as `llmq_redis_up 0`."""
+
+    def __init__(self, svc: Services):
+        self.svc = svc
+
+    def collect(self):
+        up = GaugeMetricFamily("llmq_redis_up", "1 when the API reaches Redis")
+        try:
+            families = list(self._from_redis())
+        except redis.RedisError as exc:
+            log.warning("metrics: Redis unreachable: %s", exc)
+            up.add_metric([], 0)
+            yield up
+            return
+        up.add_metric([], 1)
+        yield up
+        yield from families
+
+    def _from_redis(self):
+        svc = self.svc
+        workers = self._live_workers()
+        queued = GaugeMetricFamily("llmq_jobs", "jobs now queued or running", labels=["status"])
+        queued.add_metric(["queued"], svc.store.queue_depth())
+        queued.add_metric(["running"], sum(w.get("running", 0) for w in workers))
+        yield queued
+        depth = GaugeMetricFamily("llmq_queue_depth", "messages waiting in each Celery queue",
+                                  labels=["queue"])
+        for queue in sorted(self._queues(workers)):
+            pipe = svc.redis.pipeline(transaction=False)
+            for key in svc.keys.broker_lists(queue):
+                pipe.llen(key)
+            depth.add_metric([queue], sum(pipe.execute()))
+        yield depth
+        counters = svc.store.counters()
+        finished = CounterMetricFamily("llmq_jobs_finished", "jobs that reached a terminal status "
+                                       "(cluster-wide, cache hits excluded)", labels=["status"])
+        for name, value in sorted(counters.items()):
+            if name.startswith("finished:"):
+                finished.add_metric([name.removeprefix("finished:")], value)
+        yield finished
+        cache = CounterMetricFamily("llmq_cache_lookups", "result-cache lookups by outcome",
+                                    labels=["result"])
+        cache.add_metric(["hit"], counters.get("cache_hits", 0))
+        cache.add_metric(["miss"], counters.get("cache_misses", 0))
+        yield cache
+        live = GaugeMetricFamily("llmq_workers_live", "workers whose heartbeat is fresh")
+        live.add_metric([], len(workers))
+        yield live
+
+    def _live_workers(self) -> list[dict]:
+        svc = self.svc
+        infos = [json.loads(v) for v in svc.redis.hvals(svc.keys.workers)]
+        if not infos:
+            return []
+        pipe = svc.redis.pipeline(transaction=False)
+        for info in infos:
+            pipe.exists(svc.keys.worker_alive(info["name"]))
+        return [info for info, alive in zip(infos, pipe.execute()) if alive]
+
+    def _queues(self, workers: list[dict]) -> set[str]:
+        """The served model's queue and every queue a live worker consumes."""
+        queues = {w["queue"] for w in workers if w.get("queue")}
+        queues.update(q for w in workers for q in w.get("queues", []))
+        try:
+            model, _ = self.svc.model()
+            queues.add(self.svc.keys.queue(model.name))
+        except Exception:  # model not prepared yet: the workers' queues still count
+            pass
+        return queues
+
+
+class ApiMetrics:
+    def __init__(self, svc: Services):
+        self.registry = CollectorRegistry()
+        self.requests = Counter("llmq_http_requests", "HTTP requests answered by this API process",
+                                ["method", "endpoint", "status"], registry=self.registry)
+        self.latency = Histogram("llmq_http_request_duration_seconds",
+                                 "time to the response headers (a stream's life is not included)",
+                                 ["endpoint"], registry=self.registry)
+        self.registry.register(ClusterCollector(svc))
+
+    def observe(self, response: Response) -> None:
+        endpoint = request.endpoint or "unknown"
+        elapsed = time.perf_counter() - g.get("llmq_t0", time.perf_counter())
+        self.requests.labels(request.method, endpoint, str(response.status_code)).inc()
+        self.latency.labels(endpoint).observe(elapsed)
+        job_id = (request.view_args or {}).get("job_id") or _created_job_id(response)
+        log.info("%s %s %d %.1fms", request.method, request.path, response.status_code, elapsed * 1000,
+                 extra={"method": request.method, "path": request.path, "status": response.status_code,
+                        "duration_ms": round(elapsed * 1000, 1), "job_id": job_id})
+
+
+def _created_job_id(response: Response) -> str | None:
+    if request.endpoint != "jobs.create_job" or response.is_streamed or not response.is_json:
+        return None
+    body = response.get_json(silent=True)
+    return body.get("id") if isinstance(body, dict) else None
+
+
+def init_app(app: Flask, svc: Services) -> None:
+    metrics = ApiMetrics(svc)
+    app.extensions["llmq_metrics"] = metrics
+
+    @app.before_request
+    def _start_timer():
+        g.llmq_t0 = time.perf_counter()
+
+    @app.after_request
+    def _observe(response: Response) -> Response:
+        metrics.observe(response)
+        return response
+
+    @app.get("/metrics")
+    def prometheus_metrics():
+        return Response(generate_latest(metrics.registry), mimetype=CONTENT_TYPE_LATEST)

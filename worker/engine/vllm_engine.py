@@ -1,0 +1,169 @@
+"""The GPU engine: vLLM's engine behind llmq's engine interface (`LLMEngine`'s methods).
+
+`LLMEngine` (CPU) and `VLLMEngine` (GPU) both offer `add_request`, `abort_request`,
+`has_unfinished`, `step() -> list[RequestOutput]` and `stats`, so `EngineLoop`, the job runner and
+the metrics do not know which one runs. vLLM does the scheduling, paged KV cache and sampling;
+this adapter turns its cumulative outputs into llmq's per-step text deltas with our own
+`IncrementalDetokenizer`, so stop strings and UTF-8 handling match the CPU engine exactly (a stop
+string found here aborts the vLLM request).
+
+vLLM is imported only when an engine is built (`LLMQ_ENGINE=vllm`), never at module import, so the
+rest of llmq installs and runs without it. Tests pass a fake `core` to check the adaptation logic
+on machines without a GPU.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from worker.engine.detokenizer import Decoder, IncrementalDetokenizer
+from worker.engine.engine import EngineStats
+from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
+
+log = logging.getLogger(__name__)
+
+_REASONS = {"stop": "stop", "length": "length", "abort": "cancelled"}
+
+
+@dataclass
+class _Tracked:
+    request: EngineRequest
+    detok: IncrementalDetokenizer
+    seen: int = 0  # output token ids already turned into text
+
+
+def vllm_sampling_params(sampling: Sampling) -> Any:
+    """llmq's `Sampling` as vLLM `SamplingParams`. Stop strings are applied by us, not by vLLM."""
+    from vllm import SamplingParams
+
+    kwargs: dict[str, Any] = dict(max_tokens=sampling.max_tokens, temperature=sampling.temperature,
+                                  top_p=sampling.top_p, seed=sampling.seed)
+    if sampling.top_k > 0:  # leave vLLM's own "disabled" default otherwise (-1 or 0 by version)
+        kwargs["top_k"] = sampling.top_k
+    return SamplingParams(**kwargs)
+
+
+def build_vllm_core(model_path: str, settings) -> Any:
+    """vLLM's synchronous `LLMEngine` for one GPU (CUDA_VISIBLE_DEVICES picks which)."""
+    from vllm import EngineArgs, LLMEngine as VllmLLMEngine
+
+    args = EngineArgs(model=str(model_path), dtype=settings.dtype if settings.dtype != "float32" else "auto",
+                      max_model_len=settings.max_model_len, max_num_seqs=settings.max_batch_size,
+                      gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
+                      enforce_eager=settings.vllm_enforce_eager, seed=0)
+    return VllmLLMEngine.from_engine_args(args)
+
+
+def load_tokenizer(model_path: str) -> Decoder:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_path))
+
+
+class VLLMEngine:
+    """Same interface as `worker.engine.engine.LLMEngine`, backed by vLLM."""
+
+    def __init__(self, model_path, settings=None, *, core: Any = None, tokenizer: Decoder | None = None,
+                 sampling_params=vllm_sampling_params):
+        if core is None:
+            log.info("starting vLLM on %s", model_path)
+            core = build_vllm_core(model_path, settings)
+        self.core = core
+        self.tokenizer = tokenizer or load_tokenizer(model_path)
+        self.sampling_params = sampling_params
+        self.stats = EngineStats()
+        self._tracked: dict[str, _Tracked] = {}
+        self._cancelled: list[str] = []
+
+    # --- requests -------------------------------------------------------------------------
+    def add_request(self, request: EngineRequest) -> None:
+        if request.request_id in self._tracked:
+            raise ValueError(f"request {request.request_id} is already in the engine")
+        if not request.prompt_token_ids:
+            raise ValueError("empty prompt")
+        try:
+            self.core.add_request(request.request_id, {"prompt_token_ids": list(request.prompt_token_ids)},
+                                  self.sampling_params(request.sampling))
+        except Exception as exc:  # vLLM refused this request (e.g. too long): fail it alone
+            raise ValueError(f"vLLM rejected the request: {exc}") from exc
+        self._tracked[request.request_id] = _Tracked(
+            request, IncrementalDetokenizer(self.tokenizer, request.sampling.stop))
+
+    def abort_request(self, request_id: str) -> None:
+        """Remove it from vLLM now; the next `step` reports it finished with reason 'cancelled'."""
+        if request_id in self._tracked:
+            self.core.abort_request([request_id])
+            self._cancelled.append(request_id)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._tracked) or bool(self._cancelled)
+
+    # --- the step ---------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        outputs = [self._finish(rid, "", [], "cancelled") for rid in dict.fromkeys(self._cancelled)
+                   if rid in self._tracked]
+        self._cancelled.clear()
+        if not self._tracked:
+            return outputs
+        try:
+            results = self.core.step()
+        except Exception as exc:  # engine-level failure: fail every in-flight request
+            log.exception("vLLM step failed; failing %d requests", len(self._tracked))
+            return outputs + self.fail_all(f"engine error: {exc}")
+        results = [r for r in results if r.request_id in self._tracked]
+        if results:
+            self._record(len(results), prefill=any(not self._tracked[r.request_id].seen for r in results))
+        for result in results:
+            outputs.append(self._advance(result))
+        return outputs
+
+    def _advance(self, result: Any) -> RequestOutput:
+        tracked = self._tracked[result.request_id]
+        completion = result.outputs[0]
+        token_ids = list(completion.token_ids)
+        new_ids = token_ids[tracked.seen:]
+        tracked.seen = len(token_ids)
+        self.stats.tokens_generated += len(new_ids)
+        text = ""
+        for token in new_ids:
+            text += tracked.detok.add(token)
+            if tracked.detok.stopped:  # nothing after a stop string counts, even in this step
+                break
+        if tracked.detok.stopped:
+            self.core.abort_request([result.request_id])
+            return self._finish(result.request_id, text, new_ids, "stop")
+        if result.finished:
+            reason = _REASONS.get(completion.finish_reason or "stop", "stop")
+            return self._finish(result.request_id, text + tracked.detok.flush(), new_ids, reason)
+        return self._output(tracked, text, new_ids, None)
+
+    def fail_all(self, message: str) -> list[RequestOutput]:
+        outputs = []
+        for request_id in list(self._tracked):
+            self.core.abort_request([request_id])
+            out = self._finish(request_id, "", [], "error")
+            out.error = message
+            outputs.append(out)
+        return outputs
+
+    def _finish(self, request_id: str, text: str, new_ids: list[int], reason: str) -> RequestOutput:
+        tracked = self._tracked.pop(request_id)
+        return self._output(tracked, text, new_ids, reason)
+
+    def _output(self, tracked: _Tracked, text: str, new_ids: list[int], reason: str | None) -> RequestOutput:
+        return RequestOutput(
+            request_id=tracked.request.request_id, text=text, new_token_ids=new_ids,
+            finished=reason is not None, finish_reason=reason,
+            prompt_tokens=len(tracked.request.prompt_token_ids), completion_tokens=tracked.seen,
+            batch_size=self.stats.last_batch_size)
+
+    def _record(self, batch_size: int, prefill: bool) -> None:
+        """vLLM does not report its batch; the requests that advanced this step stand for it."""
+        stats = self.stats
+        stats.steps += 1
+        stats.prefill_steps += prefill
+        stats.decode_steps += not prefill
+        stats.last_batch_size = batch_size
+        stats.max_batch_size = max(stats.max_batch_size, batch_size)
+        stats.batch_size_histogram[batch_size] = stats.batch_size_histogram.get(batch_size, 0) + 1

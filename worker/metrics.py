@@ -1,0 +1,93 @@
+"""A worker's Prometheus metrics, served on its own HTTP port (`LLMQ_METRICS_PORT`).
+
+Per-job figures (time in queue, time to first token, decode tokens/s, jobs finished by status) are
+observed by the job runner; engine figures (batch size per step, steps, tokens) are read from the
+engine's plain `EngineStats` at scrape time, so the engine itself knows nothing of Prometheus.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, Info, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.utils import floatToGoString
+
+from worker.engine.engine import EngineStats
+
+log = logging.getLogger(__name__)
+
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 300)
+RATE_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+
+
+class EngineCollector:
+    """Exports `EngineStats` (owned and updated by the engine thread) when scraped."""
+
+    def __init__(self, stats: Callable[[], EngineStats], running: Callable[[], int]):
+        self.stats = stats
+        self.running = running
+
+    def collect(self):
+        stats = self.stats()
+        histogram = dict(stats.batch_size_histogram)  # one C-level copy: safe against the engine thread
+        buckets, cumulative = [], 0
+        for bound in BATCH_BUCKETS:
+            cumulative += sum(n for size, n in histogram.items() if bound // 2 < size <= bound)
+            buckets.append((floatToGoString(bound), cumulative))
+        buckets.append(("+Inf", sum(histogram.values())))
+        total = sum(size * n for size, n in histogram.items())
+        batch = HistogramMetricFamily("llmq_worker_batch_size", "sequences in each engine step's forward")
+        batch.add_metric([], buckets, sum_value=total)
+        yield batch
+        steps = CounterMetricFamily("llmq_worker_engine_steps", "engine steps", labels=["kind"])
+        steps.add_metric(["prefill"], stats.prefill_steps)
+        steps.add_metric(["decode"], stats.decode_steps)
+        yield steps
+        tokens = CounterMetricFamily("llmq_worker_tokens_generated", "tokens sampled by the engine")
+        tokens.add_metric([], stats.tokens_generated)
+        yield tokens
+        running = GaugeMetricFamily("llmq_worker_running_jobs", "jobs in the engine now")
+        running.add_metric([], self.running())
+        yield running
+
+
+class WorkerMetrics:
+    def __init__(self, stats: Callable[[], EngineStats], running: Callable[[], int],
+                 info: dict[str, str]):
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.time_in_queue = Histogram("llmq_worker_time_in_queue_seconds",
+                                       "from submission to a worker starting the job",
+                                       buckets=LATENCY_BUCKETS, registry=r)
+        self.ttft = Histogram("llmq_worker_time_to_first_token_seconds",
+                              "from submission to the job's first generated token",
+                              buckets=LATENCY_BUCKETS, registry=r)
+        self.tokens_per_s = Histogram("llmq_worker_job_tokens_per_second",
+                                      "decode speed of each job after its first token",
+                                      buckets=RATE_BUCKETS, registry=r)
+        self.finished = Counter("llmq_worker_jobs_finished", "jobs this worker ended, by status",
+                                ["status"], registry=r)
+        Info("llmq_worker", "what this worker serves", registry=r).info(info)
+        r.register(EngineCollector(stats, running))
+
+    def job_started(self, created_at: float, started_at: float) -> None:
+        self.time_in_queue.observe(max(0.0, started_at - created_at))
+
+    def job_generated(self, created_at: float, first_token_at: float | None, finished_at: float,
+                      completion_tokens: int) -> None:
+        if first_token_at is None:
+            return
+        self.ttft.observe(max(0.0, first_token_at - created_at))
+        decode_s = finished_at - first_token_at
+        if completion_tokens > 1 and decode_s > 0:
+            self.tokens_per_s.observe((completion_tokens - 1) / decode_s)
+
+    def job_finished(self, status: str) -> None:
+        self.finished.labels(status).inc()
+
+    def serve(self, port: int, host: str) -> None:
+        start_http_server(port, addr=host, registry=self.registry)
+        log.info("metrics on http://%s:%d/metrics", host, port)
+
