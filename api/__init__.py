@@ -16,11 +16,14 @@ def create_app(settings: Settings | None = None) -> Flask:
     app = Flask(__name__)
     app.config["MAX_CONTENT_LENGTH"] = settings.max_body_bytes
     app.json.sort_keys = False
+    # '/v1/jobs/x/' is '/v1/jobs/x' and '//' is not merged: JSON answers, never 308 redirects
+    app.url_map.strict_slashes = app.url_map.merge_slashes = False
     app.extensions["llmq"] = Services(settings)
     register_error_handlers(app)
 
-    from api import health, jobs
+    from api import auth, health, jobs, openapi
 
+    auth.init_app(app, settings)  # app-wide: every blueprint, present or future
     app.register_blueprint(jobs.bp)
     app.register_blueprint(health.bp)
 
@@ -28,4 +31,5 @@ def create_app(settings: Settings | None = None) -> Flask:
 
     metrics.init_app(app, app.extensions["llmq"])
     app.register_blueprint(web.bp)
+    app.register_blueprint(openapi.bp)
     return app

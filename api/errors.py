@@ -47,7 +47,8 @@ def register_error_handlers(app: Flask) -> None:
     def _http(exc: HTTPException):
         kind = {413: "payload_too_large", 404: "not_found", 405: "method_not_allowed"}.get(
             exc.code, "invalid_request_error")
-        return error_response(exc.code or 400, kind, exc.description or exc.name)
+        headers = {k: v for k, v in exc.get_headers() if k.lower() != "content-type"}  # e.g. Allow
+        return error_response(exc.code or 400, kind, exc.description or exc.name, headers)
 
     @app.errorhandler(redis.RedisError)
     @app.errorhandler(OperationalError)

@@ -5,11 +5,13 @@ import json
 
 from flask import Blueprint, jsonify, request, url_for
 
+from api.auth import may_access
 from api.errors import ApiError
 from api.services import services
 from api.sse import job_event_stream, sse_response
 from api.submit import submit_job
 from api.views import job_view
+from common.jobs import is_overdue
 from common.schemas import JobRequest
 
 bp = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
@@ -27,8 +29,13 @@ def json_body() -> object:
 
 
 def _record_or_404(job_id: str) -> dict:
-    record = services().store.get(job_id)
-    if record is None:
+    """The job as its owner may see it: another key's job is 404, like an unknown one. A queued
+    job past its deadline is expired here, so it shows as such even when no worker runs."""
+    store = services().store
+    record = store.get(job_id)
+    if record is not None and is_overdue(record) and store.expire_if_overdue(job_id):
+        record = store.get(job_id)
+    if record is None or not may_access(record):
         raise ApiError(404, "not_found", f"no job {job_id!r} (unknown, or expired)")
     return record
 
@@ -63,6 +70,7 @@ def job_events(job_id: str):
 @bp.post("/<job_id>/cancel")
 def cancel_job(job_id: str):
     svc = services()
+    _record_or_404(job_id)
     outcome = svc.store.request_cancel(job_id)
     if outcome == "missing":
         raise ApiError(404, "not_found", f"no job {job_id!r} (unknown, or expired)")

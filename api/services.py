@@ -10,6 +10,7 @@ from celery import Celery
 from flask import current_app
 
 from api.errors import ApiError
+from api.ratelimit import RateLimiter
 from common.celery_app import make_celery
 from common.jobs import JobStore
 from common.keys import Keys
@@ -26,6 +27,7 @@ class Services:
                                           socket_connect_timeout=2, socket_timeout=30,
                                           health_check_interval=30, max_connections=512)
         self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen)
+        self.limits = RateLimiter(self.redis, self.keys, settings)
         self._lock = threading.Lock()
         self._model: tuple[ModelRef, PromptBuilder] | None = None
 

@@ -3,18 +3,28 @@
 The Redis Stream is the source of truth; pub/sub only wakes the relay. The relay subscribes first,
 then reads the stream after the client's last id, so a chunk written between the two is still read:
 late subscribers and reconnecting clients (`Last-Event-ID`) lose nothing.
+
+A job redelivered after its worker was lost starts over: its log then holds the abandoned
+attempt's chunks, a `restart` event, and the new attempt's chunks (indices from 0 again). Chunks
+followed by a `restart` in what the relay reads at once are not sent (a replay shows only the
+last attempt); a client that already received chunks must drop its text when `restart` comes.
+If Redis goes away mid-stream the stream ends; the client reconnects with `Last-Event-ID`.
 """
 from __future__ import annotations
 
 import json
+import logging
 import time
 from collections.abc import Iterator
 
+import redis
 from flask import Response, stream_with_context
 
 from api.services import Services
-from common.jobs import done_payload
+from common.jobs import done_payload, is_overdue
 from common.schemas import JobStatus
+
+log = logging.getLogger(__name__)
 
 
 def format_event(event_id: str | None, event: str, data: dict) -> str:
@@ -26,11 +36,11 @@ def job_event_stream(svc: Services, job_id: str, last_event_id: str | None) -> I
     """(id, event, data) of the job's log from after `last_event_id` until `done`; (None,
     'heartbeat', {}) while idle. Yields a `done` built from the record if the log lacks one."""
     pubsub = svc.redis.pubsub(ignore_subscribe_messages=True)
-    pubsub.subscribe(svc.keys.channel(job_id))
     last = last_event_id or "0"
     try:
+        pubsub.subscribe(svc.keys.channel(job_id))
         while True:
-            for entry_id, event, data in svc.store.read_events(job_id, last):
+            for entry_id, event, data in _last_attempt(svc.store.read_events(job_id, last)):
                 last = entry_id
                 yield entry_id, event, data
                 if event == "done":
@@ -41,14 +51,30 @@ def job_event_stream(svc: Services, job_id: str, last_event_id: str | None) -> I
             if time.monotonic() - waited_since < svc.settings.sse_heartbeat_s * 0.9:
                 continue  # woken by a subscribe confirmation, not by silence
             record = svc.store.get(job_id)
+            if record is not None and is_overdue(record):
+                svc.store.expire_if_overdue(job_id)  # logs `done`, read on the next pass
+                continue
             if record is None or _ended_without_done(svc, job_id, record, last):
                 if record and last == "0" and record.get("text"):  # log expired: replay the record
                     yield None, "chunk", {"index": 0, "text": record["text"]}
                 yield None, "done", done_payload(record or {"status": "expired"})
                 return
             yield None, "heartbeat", {}
+    except redis.RedisError as exc:
+        log.warning("SSE relay for job %s ends: Redis unavailable (%s)", job_id, exc)
     finally:
-        pubsub.close()
+        try:
+            pubsub.close()
+        except redis.RedisError:
+            pass
+
+
+def _last_attempt(events: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
+    """Drop chunks that a later `restart` in the same batch has abandoned."""
+    restarts = [i for i, (_, event, _) in enumerate(events) if event == "restart"]
+    if not restarts:
+        return events
+    return [e for i, e in enumerate(events) if i >= restarts[-1] or e[1] != "chunk"]
 
 
 def _ended_without_done(svc: Services, job_id: str, record: dict, last: str) -> bool:

@@ -9,15 +9,20 @@ import json
 import time
 import uuid
 
+from api.auth import allowed_priority, current_key
 from api.errors import ApiError
 from api.services import Services
 from common.celery_app import TASK_GENERATE, task_options
 from common.prompting import TemplateError
-from common.schemas import JobRequest, JobStatus
+from common.schemas import PRIORITY_LEVELS, JobRequest, JobStatus
 
 
 def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
-    """Returns (HTTP status, job record): 200 for a cache hit, 202 for a queued job."""
+    """Returns (HTTP status, job record): 200 for a cache hit, 202 for a queued job.
+    The caller's API key (if auth is on) owns the job and is held to its rate limits."""
+    key = current_key()
+    priority = allowed_priority(req.priority)
+    svc.limits.check_rate(key)
     model, builder = svc.model()
     if req.model not in (None, model.name):
         raise ApiError(404, "model_not_found", f"model {req.model!r} is not served here; "
@@ -35,24 +40,37 @@ def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
         "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
         "prompt_tokens": len(prompt_ids), "queue": svc.keys.queue(model.name),
         "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
+        "owner": key.id if key else None, "priority": priority,
     }
     hit = svc.store.cache_get(cache_key) if cache_key else None
     if hit is not None:
         return 200, _answer_from_cache(svc, fields, hit)
 
-    fields.update(status=JobStatus.QUEUED.value, cache_key=cache_key)
+    fields.update(status=JobStatus.QUEUED.value, cache_key=cache_key,
+                  **_deadlines(svc, req, fields["created_at"]))
     job_id = fields["id"]
-    if not svc.store.create(job_id, fields, svc.settings.max_queue):
-        raise ApiError(429, "queue_full", f"{svc.settings.max_queue} jobs are already waiting; "
-                                          "retry later", {"Retry-After": str(_retry_after(svc))})
-    try:
-        svc.celery.send_task(TASK_GENERATE, args=[job_id, model.name], queue=fields["queue"],
-                             **task_options(svc.settings, job_id, model.name))
-    except Exception:
-        svc.store.finish(job_id, JobStatus.FAILED, finish_reason="error",
-                         error={"type": "enqueue_failed", "message": "could not reach the broker"})
-        raise
+    svc.store.sweep_expired()  # long-queued jobs leave the queue before we count it
+    with svc.limits.concurrency_slot(key, job_id):
+        if not svc.store.create(job_id, fields, svc.settings.max_queue):
+            raise ApiError(429, "queue_full", f"{svc.settings.max_queue} jobs are already waiting; "
+                                              "retry later", {"Retry-After": str(_retry_after(svc))})
+        try:
+            svc.celery.send_task(TASK_GENERATE, args=[job_id, model.name], queue=fields["queue"],
+                                 priority=PRIORITY_LEVELS[priority],
+                                 **task_options(svc.settings, job_id, model.name))
+        except Exception:
+            svc.store.finish(job_id, JobStatus.FAILED, finish_reason="error",
+                             error={"type": "enqueue_failed", "message": "could not reach the broker"})
+            raise
     return 202, svc.store.get(job_id)
+
+
+def _deadlines(svc: Services, req: JobRequest, now: float) -> dict:
+    """The job's queue deadline (epoch s) and run limit (s): the request may only shorten the
+    server's limits (0 there: none)."""
+    queue_s = min(filter(None, (req.queue_timeout, svc.settings.queue_timeout_s)), default=None)
+    run_s = min(filter(None, (req.run_timeout, svc.settings.run_timeout_s)), default=None)
+    return {"queue_deadline": now + queue_s if queue_s else None, "run_timeout_s": run_s}
 
 
 def _sampling_within_context(svc: Services, req: JobRequest, prompt_tokens: int, context: int) -> dict:

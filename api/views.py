@@ -24,6 +24,10 @@ def job_view(record: dict) -> dict:
         "cancel_requested": record.get("cancel_requested", False),
         "attempts": record.get("attempts", 0),
         "batch_size_max": record.get("batch_size_max"),
+        "priority": record.get("priority", "normal"),
+        "owner": record.get("owner"),
+        "queue_deadline": record.get("queue_deadline"),
+        "run_timeout_s": record.get("run_timeout_s"),
         "links": {
             "self": url_for("jobs.get_job", job_id=job_id),
             "events": url_for("jobs.job_events", job_id=job_id),

@@ -5,6 +5,8 @@ import uuid
 
 from celery import Celery
 
+from common.keys import Keys
+from common.schemas import PRIORITY_LEVELS
 from common.settings import Settings, get_settings
 
 TASK_GENERATE = "llmq.generate"
@@ -14,20 +16,29 @@ def make_celery(settings: Settings) -> Celery:
     """A Celery app bound to llmq's Redis and namespace.
 
     Late acks + reject-on-worker-lost: a job whose worker dies is redelivered, not lost; Redis
-    redelivers it after `visibility_timeout_s`, which must exceed the longest job. Prefetch 1 per
-    thread: a worker reserves only as many jobs as its engine can batch, leaving the rest on the
-    queue for other workers.
+    redelivers it once it has been unacked for `visibility_timeout_s`. Live workers renew the
+    messages they hold every heartbeat (`worker.lease`), so the timeout is the crash-detection
+    delay, not a bound on job length; each worker sweeps for lost messages every
+    `broker_restore_interval_s`. Prefetch 1 per thread: a worker reserves only as many jobs as its
+    engine can batch, leaving the rest on the queue for other workers. Message priorities (0 =
+    first, see `schemas.PRIORITY_LEVELS`) are kept as one Redis list per level, polled high first.
     """
     transport = {
         "visibility_timeout": settings.visibility_timeout_s,
-        "global_keyprefix": f"{settings.namespace}:broker:",
+        "unacked_restore_interval": settings.broker_restore_interval_s,
+        "unacked_restore_throttle": 1,
+        "global_keyprefix": Keys(settings.namespace).broker_prefix,
         "queue_order_strategy": "priority",
+        "priority_steps": sorted(set(PRIORITY_LEVELS.values())),
     }
     app = Celery("llmq", broker=settings.redis_url, backend=settings.redis_url)
     app.conf.update(
         broker_transport_options=transport,
         result_backend_transport_options=transport,
         broker_connection_retry_on_startup=True,
+        broker_connection_max_retries=None,  # a worker outlives any Redis outage
+        worker_cancel_long_running_tasks_on_connection_loss=False,  # jobs ride outages out
+        task_default_priority=PRIORITY_LEVELS["normal"],
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,

@@ -2,7 +2,12 @@
 
 A job is a Redis hash; its token log is a Redis Stream (replayable, `Last-Event-ID` friendly) and
 every append also PUBLISHes a wake-up on the job's channel. State changes that race (start,
-cancel, finish) are single Lua scripts, so a job is never half-written or finished twice.
+cancel, finish, expiry) are single Lua scripts, so a job is never half-written or finished twice.
+
+Redelivery (issue 4): each claim of a job is an attempt, numbered in the record. A worker writes
+chunks and the end of its attempt only while that attempt still owns the job (the number is the
+fence), and holds a lease its heartbeat renews; a redelivered copy of a job whose lease is alive is
+a duplicate and is not run.
 """
 from __future__ import annotations
 
@@ -27,15 +32,27 @@ return 1
 _START = """
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {'missing', 0} end
+if st ~= 'queued' and st ~= 'running' then
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  return {st, 0}
+end
+if st == 'running' and redis.call('EXISTS', KEYS[3]) == 1 then
+  return {'duplicate', tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')}
+end
 redis.call('ZREM', KEYS[2], ARGV[1])
-if st ~= 'queued' and st ~= 'running' then return {st, 0} end
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 if redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then return {'cancel', attempts} end
 if attempts > tonumber(ARGV[4]) then return {'poison', attempts} end
 redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2], 'worker', ARGV[3],
            'text', '', 'completion_tokens', '0')
-if st == 'running' then return {'restart', attempts} end
-return {'start', attempts}
+redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[5])
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+if st == 'queued' then return {'start', attempts} end
+redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'event', 'restart', 'data',
+           cjson.encode({attempt = attempts, reason = 'the previous attempt lost its worker'}))
+redis.call('EXPIRE', KEYS[4], ARGV[6])
+redis.call('PUBLISH', ARGV[8], 'restart')
+return {'restart', attempts}
 """
 
 _CANCEL = """
@@ -58,15 +75,52 @@ return 'ended:' .. st
 _FINISH = """
 local st = redis.call('HGET', KEYS[1], 'status')
 if st ~= 'running' and st ~= 'queued' then return st or 'missing' end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[3] then return 'superseded' end
+redis.call('HSET', KEYS[1], unpack(ARGV, 4))
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
+redis.call('DEL', KEYS[4])
 return 'ok'
 """
 
+# A chunk of one attempt: written only while that attempt still owns the running job, so a worker
+# that was given up on (and replaced) can never interleave its tokens with the new attempt's.
+_APPEND_FENCED = """
+if redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[1]
+   or redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+if #ARGV > 6 then redis.call('HSET', KEYS[1], unpack(ARGV, 7)) end
+redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'event', ARGV[2], 'data', ARGV[3])
+redis.call('EXPIRE', KEYS[2], ARGV[5])
+redis.call('PUBLISH', ARGV[6], ARGV[2])
+return 1
+"""
+
+_RENEW_LEASE = """
+if redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[1]
+   or redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
+return 1
+"""
+
+_EXPIRE_OVERDUE = """
+local st = redis.call('HGET', KEYS[1], 'status')
+if st ~= 'queued' then
+  redis.call('ZREM', KEYS[3], ARGV[1])
+  return st or 'missing'
+end
+local deadline = tonumber(redis.call('HGET', KEYS[1], 'queue_deadline') or '')
+if not deadline or deadline > tonumber(ARGV[2]) then return 'queued' end
+redis.call('HSET', KEYS[1], 'status', 'expired', 'finish_reason', 'timeout', 'finished_at', ARGV[2],
+           'error', ARGV[4])
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+return 'expired'
+"""
+
 _INT_FIELDS = ("prompt_tokens", "completion_tokens", "attempts", "batch_size_max")
-_FLOAT_FIELDS = ("created_at", "started_at", "finished_at")
+_FLOAT_FIELDS = ("created_at", "started_at", "finished_at", "queue_deadline", "run_timeout_s")
 _JSON_FIELDS = ("request", "error")
 
 
@@ -112,11 +166,18 @@ class JobStore:
         self._start = client.register_script(_START)
         self._cancel = client.register_script(_CANCEL)
         self._finish = client.register_script(_FINISH)
+        self._append_fenced = client.register_script(_APPEND_FENCED)
+        self._renew_lease = client.register_script(_RENEW_LEASE)
+        self._expire_overdue = client.register_script(_EXPIRE_OVERDUE)
 
     # --- lifecycle -----------------------------------------------------------------------
     def create(self, job_id: str, fields: dict[str, Any], queue_limit: int) -> bool:
-        """Insert a queued job unless `queue_limit` queued jobs already wait. False when full."""
+        """Insert a queued job unless `queue_limit` queued jobs already wait. False when full.
+        A `queue_deadline` field also indexes the job for the expiry sweep (first, so no queued
+        job is ever missing from the index; an index entry without a job is dropped by the sweep)."""
         now = fields.get("created_at", time.time())
+        if fields.get("queue_deadline"):
+            self.r.zadd(self.keys.deadlines, {job_id: fields["queue_deadline"]})
         result = self._create(
             keys=[self.keys.job(job_id), self.keys.queued],
             args=[queue_limit, now, job_id, self.job_ttl_s, *_encode(fields)],
@@ -132,14 +193,44 @@ class JobStore:
         pipe.expire(self.keys.job(job_id), self.job_ttl_s)
         pipe.execute()
 
-    def start(self, job_id: str, worker: str, max_attempts: int) -> tuple[str, int]:
+    def start(self, job_id: str, worker: str, max_attempts: int, lease_ttl_s: int = 15) -> tuple[str, int]:
         """Claim a delivered job. Returns (outcome, attempts); outcome is 'start', 'restart'
-        (a redelivery after a lost worker), 'cancel', 'poison', 'missing' or a terminal status."""
+        (a redelivery after a lost worker), 'duplicate' (another live worker holds its lease:
+        leave it alone), 'cancel', 'poison', 'missing' or a terminal status. A claim takes the
+        job's lease, which its worker renews (`renew_lease`) and which lapses if that worker dies.
+        A restart resets the record's text and, in the same step, appends a `restart` event to
+        the log, so readers of either never see two attempts mixed."""
         outcome, attempts = self._start(
-            keys=[self.keys.job(job_id), self.keys.queued],
-            args=[job_id, time.time(), worker, max_attempts],
+            keys=[self.keys.job(job_id), self.keys.queued, self.keys.lease(job_id),
+                  self.keys.events(job_id)],
+            args=[job_id, time.time(), worker, max_attempts, lease_ttl_s, self.job_ttl_s,
+                  self.events_maxlen, self.keys.channel(job_id)],
         )
         return outcome, int(attempts)
+
+    def renew_lease(self, job_id: str, attempt: int, worker: str, lease_ttl_s: int) -> bool:
+        """Extend this attempt's lease; False once the job ended or another attempt took it."""
+        return self._renew_lease(keys=[self.keys.job(job_id), self.keys.lease(job_id)],
+                                 args=[attempt, worker, lease_ttl_s]) == 1
+
+    def expire_if_overdue(self, job_id: str) -> bool:
+        """Mark a job that waited in the queue past its deadline `expired` (finish reason
+        'timeout') and close its log. True if this call expired it."""
+        error = json.dumps({"type": "queue_timeout",
+                            "message": "the job waited in the queue past its deadline and was not run"})
+        outcome = self._expire_overdue(
+            keys=[self.keys.job(job_id), self.keys.queued, self.keys.deadlines],
+            args=[job_id, time.time(), self.job_ttl_s, error],
+        )
+        if outcome == "expired":
+            self.publish_done(job_id)
+        return outcome == "expired"
+
+    def sweep_expired(self, limit: int = 100) -> list[str]:
+        """Expire up to `limit` queued jobs whose deadline has passed (and drop index entries of
+        jobs that left the queue). Cheap when nothing is due: one ZRANGEBYSCORE."""
+        due = self.r.zrangebyscore(self.keys.deadlines, "-inf", time.time(), start=0, num=limit)
+        return [job_id for job_id in due if self.expire_if_overdue(job_id)]
 
     def request_cancel(self, job_id: str) -> str:
         """'cancelled' (was queued), 'cancelling' (running: the worker stops it), 'missing',
@@ -152,12 +243,14 @@ class JobStore:
             self.count(f"finished:{JobStatus.CANCELLED.value}")
         return outcome
 
-    def finish(self, job_id: str, status: JobStatus, **fields: Any) -> bool:
-        """Write the terminal state once; False if the job had already ended."""
+    def finish(self, job_id: str, status: JobStatus, attempt: int | None = None, **fields: Any) -> bool:
+        """Write the terminal state once; False if the job had already ended, or if `attempt` is
+        given and another attempt has since taken the job over."""
         fields = {"status": status.value, "finished_at": time.time(), **fields}
         result = self._finish(
-            keys=[self.keys.job(job_id), self.keys.events(job_id), self.keys.queued],
-            args=[job_id, self.job_ttl_s, *_encode(fields)],
+            keys=[self.keys.job(job_id), self.keys.events(job_id), self.keys.queued,
+                  self.keys.lease(job_id)],
+            args=[job_id, self.job_ttl_s, "" if attempt is None else attempt, *_encode(fields)],
         )
         if result == "ok":
             self.count(f"finished:{status.value}")
@@ -180,8 +273,9 @@ class JobStore:
 
     # --- token log --------------------------------------------------------------------------
     def append_event(self, job_id: str, event: str, data: dict[str, Any], **record: Any) -> None:
-        """Add one event to the job's log, wake its listeners, and optionally update the record."""
-        pipe = self.r.pipeline(transaction=False)
+        """Add one event to the job's log, wake its listeners, and optionally update the record
+        (all or nothing: MULTI/EXEC, so a dying writer never leaves the record and log apart)."""
+        pipe = self.r.pipeline(transaction=True)
         if record:
             pipe.hset(self.keys.job(job_id), mapping=dict(zip(*[iter(_encode(record))] * 2)))
         stream = self.keys.events(job_id)
@@ -190,6 +284,15 @@ class JobStore:
         pipe.expire(stream, self.job_ttl_s)
         pipe.publish(self.keys.channel(job_id), event)
         pipe.execute()
+
+    def append_chunk(self, job_id: str, attempt: int, data: dict[str, Any], **record: Any) -> bool:
+        """Add a `chunk` of attempt `attempt` (and update the record) atomically, only if that
+        attempt still owns the running job. False: it was superseded or the job ended."""
+        return self._append_fenced(
+            keys=[self.keys.job(job_id), self.keys.events(job_id)],
+            args=[attempt, "chunk", json.dumps(data), self.events_maxlen, self.job_ttl_s,
+                  self.keys.channel(job_id), *_encode(record)],
+        ) == 1
 
     def publish_done(self, job_id: str) -> None:
         """Close the job's log with a `done` event built from its (terminal) record."""
@@ -217,6 +320,12 @@ class JobStore:
 
     def counters(self) -> dict[str, int]:
         return {name: int(value) for name, value in self.r.hgetall(self.keys.stats).items()}
+
+
+def is_overdue(record: dict[str, Any]) -> bool:
+    """A queued job whose queue deadline has passed (not yet marked `expired`)."""
+    deadline = record.get("queue_deadline")
+    return record.get("status") == JobStatus.QUEUED.value and bool(deadline) and deadline <= time.time()
 
 
 def done_payload(record: dict[str, Any]) -> dict[str, Any]:

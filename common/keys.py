@@ -14,7 +14,8 @@ def model_slug(model: str) -> str:
 @dataclass(frozen=True)
 class Keys:
     """Key builder. TTL policy: job, events and cancel keys get `job_ttl_s` once the job ends;
-    cache entries get `cache_ttl_s`; worker heartbeats expire after 3 heartbeats."""
+    cache entries get `cache_ttl_s`; worker heartbeats and job leases expire after 3 heartbeats;
+    per-key rate windows after a minute, per-key active sets after `job_ttl_s`."""
 
     ns: str
 
@@ -58,7 +59,39 @@ class Keys:
     def broker_lists(self, queue: str) -> list[str]:
         """The Redis lists holding a Celery queue's messages: kombu keeps one per priority step
         (under the broker's key prefix), so a queue's depth is the sum of their lengths."""
-        from kombu.transport.redis import PRIORITY_STEPS, Channel
+        from kombu.transport.redis import Channel
 
-        return [f"{self.ns}:broker:{queue}{Channel.sep}{p}" if p else f"{self.ns}:broker:{queue}"
-                for p in PRIORITY_STEPS]
+        from common.schemas import PRIORITY_LEVELS  # the priority steps the broker is configured with
+
+        steps = sorted(set(PRIORITY_LEVELS.values()))
+        return [f"{self.broker_prefix}{queue}{Channel.sep}{p}" if p else f"{self.broker_prefix}{queue}"
+                for p in steps]
+
+    # --- issue 4: leases, deadlines, API keys ------------------------------------------------
+    def lease(self, job_id: str) -> str:
+        """Which worker runs the job now; expires unless that worker's heartbeat renews it."""
+        return f"{self.ns}:job:{job_id}:lease"
+
+    @property
+    def deadlines(self) -> str:
+        """Sorted set of queued job ids by queue deadline (epoch s), swept for expiry."""
+        return f"{self.ns}:deadlines"
+
+    def rate(self, key_id: str) -> str:
+        """Sorted set: one member per job submission of an API key in the last minute."""
+        return f"{self.ns}:key:{key_id}:rate"
+
+    def active(self, key_id: str) -> str:
+        """Sorted set of an API key's job ids (score: admission time) that may still be queued
+        or running; ended ones are dropped lazily, when the set looks full."""
+        return f"{self.ns}:key:{key_id}:active"
+
+    @property
+    def broker_prefix(self) -> str:
+        """Prefix kombu puts before every broker key (queues, unacked messages)."""
+        return f"{self.ns}:broker:"
+
+    @property
+    def broker_unacked_index(self) -> str:
+        """kombu's sorted set of delivered, unacked messages (delivery tag -> delivery time)."""
+        return f"{self.broker_prefix}unacked_index"

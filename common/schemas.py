@@ -28,6 +28,11 @@ class FinishReason(str, enum.Enum):
     TIMEOUT = "timeout"
 
 
+# Job priorities -> Celery message priorities (on Redis, 0 is served first).
+Priority = Literal["high", "normal", "low"]
+PRIORITY_LEVELS: dict[str, int] = {"high": 0, "normal": 3, "low": 6}
+
+
 class Message(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -75,6 +80,11 @@ class JobRequest(SamplingParams):
     model: str | None = None
     stream: bool = False
     cache: bool = True
+    priority: Priority | None = Field(None, description="default: the API key's tier, else normal")
+    queue_timeout: float | None = Field(None, gt=0, le=7 * 86400,
+                                        description="seconds the job may wait in the queue")
+    run_timeout: float | None = Field(None, gt=0, le=7 * 86400,
+                                      description="seconds the generation may run")
 
     @model_validator(mode="after")
     def _one_input(self) -> "JobRequest":

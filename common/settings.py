@@ -20,7 +20,8 @@ class Settings(BaseSettings):
     redis_url: str = "redis://127.0.0.1:6379/0"
     namespace: str = Field("llmq", description="prefix of every Redis key, queue and channel")
     visibility_timeout_s: int = Field(
-        3600, description="Redis broker redelivery delay for unacked jobs; must exceed the longest job"
+        120, description="Redis broker redelivery delay for jobs of a lost worker; live workers "
+                         "renew their jobs every heartbeat, so it need not exceed the longest job"
     )
 
     # Model
@@ -71,6 +72,20 @@ class Settings(BaseSettings):
                            "as the model only (a job id is enough to read a job when auth is off)")
     vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     vllm_enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start, slower steps")
+
+    # Issue 4: faults, deadlines, auth, rate limits, priorities
+    broker_restore_interval_s: float = Field(
+        10.0, description="how often a worker looks for unacked jobs past the visibility timeout")
+    queue_timeout_s: float = Field(3600.0, ge=0, description="a job queued longer expires; 0: never")
+    run_timeout_s: float = Field(600.0, ge=0, description="a job running longer is stopped "
+                                                           "(finish reason 'timeout'); 0: never")
+    redis_retry_s: float = Field(60.0, description="how long a worker keeps retrying Redis writes "
+                                                  "of a running job during an outage")
+    api_keys: str = Field("", description="comma-separated 'id:sha256hex[:tier=..][:rpm=..]"
+                                          "[:concurrent=..]' entries; empty (and no file): no auth")
+    api_keys_file: Path | None = Field(None, description="file of key entries, one per line")
+    rate_limit_rpm: int = Field(0, ge=0, description="job submissions per key per minute; 0: no limit")
+    rate_limit_concurrent: int = Field(0, ge=0, description="queued+running jobs per key; 0: no limit")
 
 
 @lru_cache(maxsize=1)

@@ -1,110 +1,165 @@
 """Runs one job: claim it in Redis, feed it to the engine, publish its tokens, record the end.
 
 Called from the Celery task; has no Celery in it, so it can be driven directly in tests.
+
+Faults: a job redelivered after its worker was lost starts over (the claim resets the record and
+logs a `restart` event); a copy delivered while another live worker holds the job waits until
+that one ends or dies; every write is fenced by the attempt number, so an attempt that was given
+up on stops instead of interleaving with its successor; Redis outages up to `redis_retry_s` are
+ridden out (text is buffered and written once Redis answers again); a job running past its
+deadline is aborted and ends with finish reason `timeout`.
 """
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import redis
 
 from common.jobs import JobStore
 from common.schemas import JobStatus
+from common.settings import Settings
 from worker.engine.loop import EngineLoop, RequestStream
 from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
+from worker.lease import Leases, lease_ttl
 from worker.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 _STATUS_BY_REASON = {"stop": JobStatus.SUCCEEDED, "length": JobStatus.SUCCEEDED,
-                     "cancelled": JobStatus.CANCELLED, "error": JobStatus.FAILED}
+                     "cancelled": JobStatus.CANCELLED, "error": JobStatus.FAILED,
+                     "timeout": JobStatus.EXPIRED}
+
+
+class Superseded(Exception):
+    """Another attempt has taken the job over; this one must stop writing."""
 
 
 @dataclass
 class _Progress:
-    text: str = ""
+    text: str = ""  # written to Redis
+    pending: str = ""  # generated, not yet written (Redis slow or down)
     chunks: int = 0
     completion_tokens: int = 0
     prompt_tokens: int = 0
     batch_size_max: int = 0
     first_token_at: float | None = None
     finish: RequestOutput | None = None
-    pending: list[RequestOutput] = field(default_factory=list)
+    abort_reason: str | None = None  # 'timeout' when we stopped it; None for a client cancel
+    buffering: bool = False  # Redis was unavailable at the last write
 
 
 class JobRunner:
-    def __init__(self, store: JobStore, loop: EngineLoop, worker_name: str, max_attempts: int,
-                 cancel_poll_s: float, cache_ttl_s: int, metrics: WorkerMetrics | None = None):
+    def __init__(self, store: JobStore, loop: EngineLoop, worker_name: str, settings: Settings,
+                 leases: Leases | None = None, metrics: WorkerMetrics | None = None):
         self.store = store
+        self.metrics = metrics
         self.loop = loop
         self.worker_name = worker_name
-        self.max_attempts = max_attempts
-        self.cancel_poll_s = cancel_poll_s
-        self.cache_ttl_s = cache_ttl_s
-        self.metrics = metrics
+        self.settings = settings
+        self.lease_ttl_s = lease_ttl(settings)
+        self.leases = leases or Leases(store, worker_name, self.lease_ttl_s)
 
     def run(self, job_id: str) -> dict:
-        outcome, attempts = self.store.start(job_id, self.worker_name, self.max_attempts)
-        log.info("job %s: %s (attempt %d)", job_id, outcome, attempts, extra={"job_id": job_id})
+        if self.store.expire_if_overdue(job_id):
+            log.info("job %s: expired in the queue", job_id, extra={"job_id": job_id})
+            return {"job_id": job_id, "status": JobStatus.EXPIRED.value, "finish_reason": "timeout"}
+        outcome, attempt = self._claim(job_id)
+        log.info("job %s: %s (attempt %d)", job_id, outcome, attempt, extra={"job_id": job_id})
         if outcome == "cancel":
-            return self._end(job_id, JobStatus.CANCELLED, finish_reason="cancelled")
+            return self._end(job_id, None, JobStatus.CANCELLED, finish_reason="cancelled")
         if outcome == "poison":
-            return self._end(job_id, JobStatus.FAILED, finish_reason="error", error={
-                "type": "poison_job", "message": f"job was delivered {attempts} times and each "
-                f"attempt lost its worker; giving up (max_attempts={self.max_attempts})"})
+            return self._end(job_id, None, JobStatus.FAILED, finish_reason="error", error={
+                "type": "poison_job", "message": f"job was delivered {attempt} times and each "
+                f"attempt lost its worker; giving up (max_attempts={self.settings.max_attempts})"})
         if outcome not in ("start", "restart"):
             return {"job_id": job_id, "status": outcome}  # missing, or already ended: nothing to do
-        if outcome == "restart":
-            self.store.append_event(job_id, "restart", {"attempt": attempts,
-                                                        "reason": "previous worker was lost"})
-        record = self.store.get(job_id)
-        if self.metrics:
-            self.metrics.job_started(record["created_at"], record["started_at"])
+        self.leases.hold(job_id, attempt)
         try:
-            return self._generate(job_id, record)
+            return self._generate(job_id, attempt, self.store.get(job_id))
+        except Superseded:
+            log.warning("job %s: attempt %d was superseded; stopping it", job_id, attempt,
+                        extra={"job_id": job_id})
+            self.loop.abort(job_id)
+            return {"job_id": job_id, "status": "superseded"}
         except Exception as exc:
             log.exception("job %s failed", job_id, extra={"job_id": job_id})
             self.loop.abort(job_id)
-            return self._end(job_id, JobStatus.FAILED, finish_reason="error",
+            return self._end(job_id, attempt, JobStatus.FAILED, finish_reason="error",
                              error={"type": "worker_error", "message": str(exc)})
+        finally:
+            self.leases.release(job_id)
 
-    def _generate(self, job_id: str, record: dict) -> dict:
+    def _claim(self, job_id: str) -> tuple[str, int]:
+        """Start the job. A duplicate delivery (another live worker holds the job) waits for that
+        worker to finish it, or to die and let its lease lapse, in which case this one restarts it."""
+        while True:
+            outcome, attempt = self.store.start(job_id, self.worker_name, self.settings.max_attempts,
+                                                self.lease_ttl_s)
+            if outcome != "duplicate":
+                return outcome, attempt
+            time.sleep(self.settings.heartbeat_s)
+
+    def _generate(self, job_id: str, attempt: int, record: dict) -> dict:
         request = record["request"]
         stream = self.loop.submit(EngineRequest(
             job_id, request["prompt_token_ids"], Sampling(**{**request["sampling"],
                                                            "stop": tuple(request["sampling"]["stop"])})))
         progress = _Progress(prompt_tokens=len(request["prompt_token_ids"]))
-        next_cancel_check = time.monotonic() + self.cancel_poll_s
+        run_timeout = record.get("run_timeout_s") or self.settings.run_timeout_s
+        deadline = time.monotonic() + run_timeout if run_timeout else None
+        next_check = time.monotonic() + self.settings.cancel_poll_s
         while progress.finish is None:
             self._collect(stream, progress)
-            self._publish(job_id, progress)
-            if time.monotonic() >= next_cancel_check:
-                next_cancel_check = time.monotonic() + self.cancel_poll_s
-                if self.store.cancel_requested(job_id):
-                    self.loop.abort(job_id)
+            self._publish(job_id, attempt, progress)
+            if time.monotonic() >= next_check:
+                next_check = time.monotonic() + self.settings.cancel_poll_s
+                self._check_stop(job_id, progress, deadline)
+        self._retrying(lambda: self._publish(job_id, attempt, progress, raise_errors=True))
         out = progress.finish
         if self.metrics:
             self.metrics.job_generated(record["created_at"], progress.first_token_at, time.time(),
                                        progress.completion_tokens)
-        status = _STATUS_BY_REASON[out.finish_reason]
+        reason = progress.abort_reason if out.finish_reason == "cancelled" and progress.abort_reason \
+            else out.finish_reason
+        status = _STATUS_BY_REASON[reason]
         error = {"type": "engine_error", "message": out.error} if out.error else None
-        result = self._end(job_id, status, finish_reason=out.finish_reason, text=progress.text,
+        if reason == "timeout":
+            error = {"type": "run_timeout", "message": f"generation ran past its {run_timeout:g} s "
+                                                       "limit and was stopped; the text so far is kept"}
+        result = self._end(job_id, attempt, status, finish_reason=reason, text=progress.text,
                            prompt_tokens=progress.prompt_tokens,
                            completion_tokens=progress.completion_tokens,
                            batch_size_max=progress.batch_size_max, error=error)
         cache_key = record.get("cache_key")
-        if status is JobStatus.SUCCEEDED and cache_key:
+        if status is JobStatus.SUCCEEDED and cache_key and result["status"] == status.value:
             self.store.cache_put(cache_key, {
                 "text": progress.text, "finish_reason": out.finish_reason,
                 "prompt_tokens": progress.prompt_tokens, "completion_tokens": progress.completion_tokens,
-            }, self.cache_ttl_s)
+            }, self.settings.cache_ttl_s)
         return result
+
+    def _check_stop(self, job_id: str, progress: _Progress, deadline: float | None) -> None:
+        """Abort the request when its run deadline passed, or when a client asked to cancel."""
+        if progress.abort_reason is None and deadline is not None and time.monotonic() >= deadline:
+            progress.abort_reason = "timeout"
+            self.loop.abort(job_id)
+            return
+        try:
+            if self.store.cancel_requested(job_id):
+                self.loop.abort(job_id)
+        except redis.RedisError:
+            pass  # Redis is away; look again next time
 
     def _collect(self, stream: RequestStream, progress: _Progress) -> None:
         """Wait for the next output, then take every other one already there (one Redis trip)."""
-        output = stream.get(timeout=self.cancel_poll_s)
+        output = stream.get(timeout=self.settings.cancel_poll_s)
         while output is not None:
-            progress.pending.append(output)
+            progress.pending += output.text
             progress.completion_tokens = output.completion_tokens
             progress.batch_size_max = max(progress.batch_size_max, output.batch_size)
             if progress.first_token_at is None and output.new_token_ids:
@@ -114,26 +169,57 @@ class JobRunner:
                 return
             output = stream.get(timeout=0)
 
-    def _publish(self, job_id: str, progress: _Progress) -> None:
-        delta = "".join(o.text for o in progress.pending)
-        progress.pending.clear()
-        if not delta:
+    def _publish(self, job_id: str, attempt: int, progress: _Progress, raise_errors: bool = False) -> None:
+        """Write the pending text as one chunk. While Redis is down the text stays pending (and
+        generation goes on); it is written, as one larger chunk, once Redis answers again."""
+        if not progress.pending:
             return
+        delta = progress.pending
+        try:
+            written = self.store.append_chunk(
+                job_id, attempt, {"index": progress.chunks, "text": delta}, text=progress.text + delta,
+                completion_tokens=progress.completion_tokens, batch_size_max=progress.batch_size_max)
+        except redis.RedisError as exc:
+            if raise_errors:
+                raise
+            if not progress.buffering:
+                log.warning("job %s: Redis unavailable (%s); buffering its text", job_id, exc,
+                            extra={"job_id": job_id})
+            progress.buffering = True
+            return
+        if not written:
+            raise Superseded(job_id)
+        if progress.buffering:
+            log.info("job %s: Redis is back; buffered text written", job_id, extra={"job_id": job_id})
+            progress.buffering = False
         progress.text += delta
-        self.store.append_event(job_id, "chunk", {"index": progress.chunks, "text": delta},
-                                text=progress.text, completion_tokens=progress.completion_tokens,
-                                batch_size_max=progress.batch_size_max)
+        progress.pending = ""
         progress.chunks += 1
 
-    def _end(self, job_id: str, status: JobStatus, **fields) -> dict:
+    def _end(self, job_id: str, attempt: int | None, status: JobStatus, **fields) -> dict:
         """Terminal record first, then the `done` event, so a client that sees `done` and reads
-        the job gets the final state."""
-        if self.store.finish(job_id, status, **fields):
-            self.store.publish_done(job_id)
+        the job gets the final state. Fenced by `attempt` (None: whatever attempt holds it)."""
+        if self._retrying(lambda: self.store.finish(job_id, status, attempt=attempt, **fields)):
+            self._retrying(lambda: self.store.publish_done(job_id))
             if self.metrics:
                 self.metrics.job_finished(status.value)
             log.info("job %s %s (%s)", job_id, status.value, fields.get("finish_reason"),
                      extra={"job_id": job_id, "status": status.value,
                             "completion_tokens": fields.get("completion_tokens")})
+        elif attempt is not None and self.store.status(job_id) is JobStatus.RUNNING:
+            return {"job_id": job_id, "status": "superseded"}
         return {"job_id": job_id, "status": status.value, "finish_reason": fields.get("finish_reason")}
 
+    def _retrying(self, write: Callable[[], T]) -> T:
+        """Run a Redis write, retrying through an outage of up to `redis_retry_s` seconds."""
+        give_up = time.monotonic() + self.settings.redis_retry_s
+        delay = 0.2
+        while True:
+            try:
+                return write()
+            except redis.RedisError as exc:
+                if time.monotonic() + delay > give_up:
+                    raise
+                log.warning("Redis unavailable (%s); retrying in %.1f s", exc, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 2.0)

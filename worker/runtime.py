@@ -22,6 +22,7 @@ from common.settings import Settings
 from worker.engine.engine import LLMEngine
 from worker.engine.loop import EngineLoop
 from worker.metrics import WorkerMetrics
+from worker.lease import Leases, lease_ttl
 
 log = logging.getLogger(__name__)
 
@@ -35,10 +36,12 @@ class WorkerRuntime:
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.keys = Keys(settings.namespace)
         self.redis = redis.Redis.from_url(settings.redis_url, decode_responses=True,
-                                          health_check_interval=30)
+                                          health_check_interval=30, socket_connect_timeout=5,
+                                          socket_timeout=10)
         self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen)
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
+        self.leases = Leases(self.store, self.name, lease_ttl(settings))
 
     @classmethod
     def build(cls, settings: Settings) -> "WorkerRuntime":
@@ -61,6 +64,8 @@ class WorkerRuntime:
                 self.heartbeat()
             except redis.RedisError as exc:
                 log.warning("heartbeat failed: %s", exc)
+            except Exception:  # never let the thread die: leases depend on it
+                log.exception("heartbeat failed")
             time.sleep(self.settings.heartbeat_s)
 
     def heartbeat(self) -> None:
@@ -82,6 +87,8 @@ class WorkerRuntime:
         pipe.hset(self.keys.workers, self.name, json.dumps(info))
         pipe.set(self.keys.worker_alive(self.name), "1", ex=max(3, int(3 * self.settings.heartbeat_s)))
         pipe.execute()
+        self.leases.renew()  # keep the jobs (and broker messages) this worker holds
+        self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
 
 
 def _build_engine(settings: Settings, model: ModelRef):

@@ -15,9 +15,7 @@ def job_runner() -> JobRunner:
     global _job_runner
     if _job_runner is None:
         rt = get_runtime()
-        s = rt.settings
-        _job_runner = JobRunner(rt.store, rt.loop, rt.name, s.max_attempts, s.cancel_poll_s, s.cache_ttl_s,
-                                metrics=rt.metrics)
+        _job_runner = JobRunner(rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics)
     return _job_runner
 
 

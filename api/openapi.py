@@ -1,0 +1,152 @@
+"""The API's OpenAPI 3.1 description, served at `/openapi.json` (public, like `/health`).
+
+Request bodies come from the pydantic models the handlers validate with, so the spec cannot drift
+from the validation; responses are described by hand. Fuzzers (schemathesis, tests) read it.
+"""
+from __future__ import annotations
+
+from flask import Blueprint, jsonify
+
+from api.services import services
+from common.schemas import FinishReason, JobRequest, JobStatus
+from common.settings import Settings
+
+bp = Blueprint("openapi", __name__)
+
+_REF = "#/components/schemas/{model}"
+
+
+def _ref(name: str) -> dict:
+    return {"$ref": _REF.format(model=name)}
+
+
+def _nullable(schema: dict) -> dict:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def _job_request_schema(settings: Settings) -> dict[str, dict]:
+    """JobRequest and its parts, with what validators and settings add spelled out."""
+    schema = JobRequest.model_json_schema(ref_template=_REF)
+    schema["properties"]["max_tokens"]["maximum"] = settings.max_tokens_cap
+    defs = schema.pop("$defs", {})
+    # `stop` also takes one string, and no stop string may be empty
+    stop_string = {"type": "string", "minLength": 1}
+    schema["properties"]["stop"] = {"anyOf": [
+        stop_string, {"type": "array", "items": stop_string, "maxItems": 8}, {"type": "null"}]}
+    # exactly one of `messages` and `prompt`
+    schema["oneOf"] = [
+        {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
+        {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
+    ]
+    return {**defs, "JobRequest": schema}
+
+
+_ERROR = {
+    "type": "object", "required": ["error"], "properties": {"error": {
+        "type": "object", "required": ["type", "message"],
+        "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}},
+}
+
+_USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
+          "properties": {k: {"type": "integer"} for k in ("prompt_tokens", "completion_tokens",
+                                                          "total_tokens")}}
+
+_JOB = {
+    "type": "object",
+    "required": ["id", "object", "status", "text", "usage", "links"],
+    "properties": {
+        "id": {"type": "string"},
+        "object": {"const": "job"},
+        "status": {"enum": [s.value for s in JobStatus]},
+        "model": _nullable({"type": "string"}),
+        "created_at": _nullable({"type": "number"}),
+        "started_at": _nullable({"type": "number"}),
+        "finished_at": _nullable({"type": "number"}),
+        "text": {"type": "string"},
+        "finish_reason": _nullable({"enum": [r.value for r in FinishReason]}),
+        "error": _nullable({"type": "object"}),
+        "usage": _USAGE,
+        "cached": {"type": "boolean"},
+        "cancel_requested": {"type": "boolean"},
+        "attempts": {"type": "integer"},
+        "batch_size_max": _nullable({"type": "integer"}),
+        "priority": {"enum": ["high", "normal", "low"]},
+        "owner": _nullable({"type": "string"}),
+        "queue_deadline": _nullable({"type": "number"}),
+        "run_timeout_s": _nullable({"type": "number"}),
+        "links": {"type": "object", "additionalProperties": {"type": "string"}},
+    },
+}
+
+
+def _json(schema: dict, description: str, headers: dict | None = None) -> dict:
+    response = {"description": description, "content": {"application/json": {"schema": schema}}}
+    if headers:
+        response["headers"] = headers
+    return response
+
+
+_RETRY_AFTER = {"Retry-After": {"schema": {"type": "string"}, "description": "seconds"}}
+
+
+def _errors(*codes: int) -> dict:
+    text = {400: "malformed JSON", 401: "missing or invalid API key (when keys are configured)",
+            403: "priority above the key's tier", 404: "unknown job (or another key's), or model",
+            405: "method not allowed", 409: "the job has already ended", 413: "body or prompt too large",
+            422: "invalid fields", 429: "queue full or rate limited", 503: "Redis unreachable"}
+    return {str(c): _json(_ref("Error"), text[c], _RETRY_AFTER if c in (429, 503) else None)
+            for c in codes}
+
+
+_JOB_ID = {"name": "job_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _paths() -> dict:
+    job = _json(_ref("Job"), "the job")
+    cancel = {"parameters": [_JOB_ID], "responses": {
+        "200": _json(_ref("Job"), "cancelled before it ran"),
+        "202": _json(_ref("Job"), "running: it stops within a step"),
+        **_errors(401, 404, 409, 503)}}
+    return {
+        "/v1/jobs": {"post": {
+            "summary": "Submit a job",
+            "requestBody": {"required": True,
+                            "content": {"application/json": {"schema": _ref("JobRequest")}}},
+            "responses": {"200": _json(_ref("Job"), "answered from the result cache"),
+                          "202": _json(_ref("Job"), "queued", {"Location": {"schema": {"type": "string"}}}),
+                          **_errors(400, 401, 403, 404, 413, 422, 429, 503)}}},
+        "/v1/jobs/{job_id}": {
+            "get": {"summary": "Read a job", "parameters": [_JOB_ID],
+                    "responses": {"200": job, **_errors(401, 404, 503)}},
+            "delete": {"summary": "Cancel a job", **cancel}},
+        "/v1/jobs/{job_id}/cancel": {"post": {"summary": "Cancel a job", **cancel}},
+        "/v1/jobs/{job_id}/events": {"get": {
+            "summary": "Stream a job's events (SSE: chunk, restart, done)", "parameters": [_JOB_ID],
+            "responses": {"200": {"description": "Server-Sent Events",
+                                  "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                          **_errors(401, 404, 503)}}},
+        "/health": {"get": {"summary": "Health", "security": [], "responses": {
+            "200": _json({"type": "object"}, "up (status 'ok', or 'degraded' with no worker)"),
+            "503": _json({"type": "object"}, "Redis unreachable")}}},
+        "/openapi.json": {"get": {"summary": "This document", "security": [], "responses": {
+            "200": _json({"type": "object"}, "OpenAPI 3.1")}}},
+    }
+
+
+def build_spec(settings: Settings) -> dict:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "llmq", "version": "1",
+                 "description": "A job queue serving small instruct LLMs: submit, read, stream, cancel."},
+        "paths": _paths(),
+        "components": {
+            "schemas": {**_job_request_schema(settings), "Job": _JOB, "Error": _ERROR},
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}, {}],  # keys are optional: on only when configured
+    }
+
+
+@bp.get("/openapi.json")
+def openapi_json():
+    return jsonify(build_spec(services().settings))

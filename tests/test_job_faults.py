@@ -1,0 +1,179 @@
+"""Redelivery, fencing, poison jobs, deadlines and Redis hiccups, driven in-process.
+
+The job runner runs against the real Redis with a scripted engine (no model), so each fault can
+be staged exactly: a second delivery, a lapsed lease, a stale attempt writing late, a deadline.
+"""
+import threading
+import time
+import uuid
+
+import pytest
+import redis
+
+from api import create_app
+from common.jobs import JobStore
+from common.keys import Keys
+from common.schemas import JobStatus
+from common.sseclient import iter_sse
+from tests.conftest import cleanup_namespace, make_settings
+from tests.fakes import CharTokenizer, ScriptedRunner
+from worker.engine.engine import LLMEngine
+from worker.engine.loop import EngineLoop
+from worker.job_runner import JobRunner
+
+
+class SlowRunner(ScriptedRunner):
+    """A scripted runner that takes `delay` seconds per step, like a real model would."""
+
+    def __init__(self, scripts, delay=0.02):
+        super().__init__(scripts)
+        self.delay = delay
+
+    def prefill(self, request_ids, prompts):
+        time.sleep(self.delay)
+        return super().prefill(request_ids, prompts)
+
+    def decode(self, last_tokens):
+        time.sleep(self.delay)
+        return super().decode(last_tokens)
+
+
+@pytest.fixture
+def settings():
+    settings = make_settings(heartbeat_s=0.2, cancel_poll_s=0.02, max_attempts=2, redis_retry_s=10)
+    yield settings
+    cleanup_namespace(settings)
+
+
+@pytest.fixture
+def store(settings):
+    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    return JobStore(client, Keys(settings.namespace), settings.job_ttl_s, settings.events_maxlen)
+
+
+def queue_job(store, max_tokens=64, **fields) -> str:
+    job_id = uuid.uuid4().hex
+    sampling = {"max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": None,
+                "stop": []}
+    store.create(job_id, {"id": job_id, "status": "queued", "model": "m", "created_at": time.time(),
+                          "prompt_tokens": 1, "request": {"prompt_token_ids": [1], "sampling": sampling},
+                          **fields}, queue_limit=0)
+    return job_id
+
+
+def make_runner(store, settings, scripts, name="w2", delay=0.0):
+    runner = SlowRunner(scripts, delay)
+    loop = EngineLoop(LLMEngine(runner, CharTokenizer()))
+    return JobRunner(store, loop, name, settings), runner
+
+
+def events_of(store, job_id):
+    return [(event, data) for _, event, data in store.read_events(job_id)]
+
+
+def test_redelivery_restarts_cleanly_and_the_stale_attempt_is_fenced_off(store, settings):
+    job = queue_job(store)
+    assert store.start(job, "w1", max_attempts=2) == ("start", 1)
+    assert store.append_chunk(job, 1, {"index": 0, "text": "stale "}, text="stale ")
+    # a second delivery while w1's lease lives is a duplicate and changes nothing
+    assert store.start(job, "w2", max_attempts=2) == ("duplicate", 1)
+    store.r.delete(store.keys.lease(job))  # w1 died: its lease lapses
+
+    job_runner, _ = make_runner(store, settings, {job: "fresh answer"})
+    result = job_runner.run(job)
+
+    record = store.get(job)
+    assert result["status"] == "succeeded" and record["status"] == "succeeded"
+    assert record["attempts"] == 2 and record["text"] == "fresh answer"
+    events = events_of(store, job)
+    assert events[0] == ("chunk", {"index": 0, "text": "stale "})
+    assert events[1] == ("restart", {"attempt": 2, "reason": "the previous attempt lost its worker"})
+    after = events[2:]
+    assert [d["index"] for e, d in after if e == "chunk"] == list(range(len(after) - 1))
+    assert "".join(d["text"] for e, d in after if e == "chunk") == "fresh answer"
+    assert after[-1][0] == "done" and after[-1][1]["status"] == "succeeded"
+    # the stale attempt wakes up: nothing it writes lands
+    assert not store.append_chunk(job, 1, {"index": 1, "text": "zombie"}, text="stale zombie")
+    assert not store.finish(job, JobStatus.FAILED, attempt=1, finish_reason="error")
+    assert store.get(job)["text"] == "fresh answer" and len(events_of(store, job)) == len(events)
+
+    # a fresh SSE replay shows only the surviving attempt, announced by its `restart`
+    client = create_app(settings).test_client()
+    replay = list(iter_sse(client.get(f"/v1/jobs/{job}/events").get_data(as_text=True).splitlines()))
+    assert [e.event for e in replay][0] == "restart"
+    assert "".join(e.json()["text"] for e in replay if e.event == "chunk") == "fresh answer"
+
+
+def test_a_duplicate_delivery_waits_for_the_live_owner_and_does_not_run_twice(store, settings):
+    job = queue_job(store)
+    assert store.start(job, "w1", max_attempts=2, lease_ttl_s=1) == ("start", 1)
+    job_runner, runner = make_runner(store, settings, {job: "never"})
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(job_runner.run(job)))
+    thread.start()
+    for _ in range(10):  # w1 stays alive and renews its lease, then finishes the job
+        time.sleep(0.1)
+        assert store.renew_lease(job, 1, "w1", 1)
+    assert thread.is_alive()  # still waiting behind the live owner
+    assert store.finish(job, JobStatus.SUCCEEDED, attempt=1, finish_reason="stop", text="done by w1")
+    thread.join(10)
+    assert result == {"job_id": job, "status": "succeeded"}
+    assert runner.calls == [] and store.get(job)["attempts"] == 1
+    assert not store.renew_lease(job, 1, "w1", 1)  # an ended job's lease is not renewed
+
+
+def test_a_job_that_keeps_losing_its_worker_is_failed_as_poison(store, settings):
+    job = queue_job(store)
+    for attempt in (1, 2):  # two deliveries, each worker dies mid-job
+        assert store.start(job, f"w{attempt}", max_attempts=2)[1] == attempt
+        store.r.delete(store.keys.lease(job))
+    job_runner, runner = make_runner(store, settings, {job: "never"}, name="w3")
+    assert job_runner.run(job)["status"] == "failed"
+    record = store.get(job)
+    assert record["status"] == "failed" and record["error"]["type"] == "poison_job"
+    assert "max_attempts=2" in record["error"]["message"] and runner.calls == []
+    assert events_of(store, job)[-1][1]["error"]["type"] == "poison_job"
+
+
+def test_a_job_past_its_run_deadline_stops_with_finish_reason_timeout(store, settings):
+    job = queue_job(store, max_tokens=500, run_timeout_s=0.4)
+    job_runner, _ = make_runner(store, settings, {job: "x" * 400 + "y"}, delay=0.01)
+    started = time.monotonic()
+    job_runner.run(job)
+    record = store.get(job)
+    assert record["status"] == "expired" and record["finish_reason"] == "timeout"
+    assert record["error"]["type"] == "run_timeout"
+    assert 0 < len(record["text"]) < 400 and set(record["text"]) == {"x"}  # partial text kept
+    assert time.monotonic() - started < 10
+    assert events_of(store, job)[-1][1]["finish_reason"] == "timeout"
+
+
+def test_the_worker_refuses_a_job_that_waited_past_its_queue_deadline(store, settings):
+    job = queue_job(store, queue_deadline=time.time() - 1)
+    job_runner, runner = make_runner(store, settings, {job: "never"})
+    assert job_runner.run(job)["status"] == "expired"
+    record = store.get(job)
+    assert record["status"] == "expired" and record["finish_reason"] == "timeout"
+    assert record["error"]["type"] == "queue_timeout" and record.get("attempts", 0) == 0
+    assert runner.calls == [] and store.queue_depth() == 0
+    assert events_of(store, job)[-1][0] == "done"
+
+
+def test_redis_write_failures_are_buffered_and_nothing_is_lost(store, settings, monkeypatch):
+    job = queue_job(store)
+    real_append, failures = store.append_chunk, {"left": 5}
+
+    def flaky_append(*args, **kwargs):
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            raise redis.ConnectionError("Redis is restarting")
+        return real_append(*args, **kwargs)
+
+    monkeypatch.setattr(store, "append_chunk", flaky_append)
+    job_runner, _ = make_runner(store, settings, {job: "all of this text arrives"}, delay=0.01)
+    job_runner.run(job)
+    record = store.get(job)
+    assert record["status"] == "succeeded" and record["text"] == "all of this text arrives"
+    chunks = [d for e, d in events_of(store, job) if e == "chunk"]
+    assert "".join(c["text"] for c in chunks) == record["text"]
+    assert [c["index"] for c in chunks] == list(range(len(chunks)))

@@ -1,0 +1,116 @@
+"""A Redis restart under a live stack: the API answers 503 while it is down and recovers by itself,
+the worker rides it out and reconnects, and no job record is left half-written.
+
+Uses a private `redis-server` on a free port (append-only file, so a restart keeps the data, as a
+production Redis would); the shared Redis is never touched.
+"""
+import shutil
+import subprocess
+import time
+
+import pytest
+import redis
+import requests
+
+from api import create_app
+from common.schemas import JobStatus
+from common.sseclient import iter_sse
+from tests.conftest import LiveServer, free_port, make_settings, wait_for_job
+
+pytestmark = pytest.mark.slow
+
+
+class PrivateRedis:
+    def __init__(self, directory):
+        self.port, self.dir, self.proc = free_port(), directory, None
+        self.url = f"redis://127.0.0.1:{self.port}"
+
+    def start(self):
+        self.proc = subprocess.Popen(
+            [shutil.which("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
+             "--dir", str(self.dir), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+             "--maxmemory-policy", "noeviction"], stdout=subprocess.DEVNULL)
+        client = redis.Redis.from_url(self.url)
+        for _ in range(100):
+            try:
+                client.ping()
+                return
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        raise RuntimeError("private redis did not start")
+
+    def stop(self):
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()  # SHUTDOWN: the append-only file is complete
+            self.proc.wait(30)
+
+
+@pytest.fixture(scope="module")
+def outage_stack(start_worker, model_ref, tmp_path_factory):
+    private = PrivateRedis(tmp_path_factory.mktemp("redis"))
+    private.start()
+    settings = make_settings(redis_url=f"{private.url}/0", heartbeat_s=1, max_tokens_cap=512)
+    worker = start_worker(settings)
+    server = LiveServer(create_app(settings))
+    yield private, server.url, settings, worker
+    server.stop()
+    worker.stop()
+    private.stop()
+
+
+def post(base, **body):
+    return requests.post(f"{base}/v1/jobs", json={"cache": False, **body}, timeout=30)
+
+
+def test_redis_restart_is_503_then_recovery_without_losing_or_tearing_a_job(outage_stack):
+    private, base, settings, worker = outage_stack
+    warm = post(base, prompt="Hello", max_tokens=4)
+    assert wait_for_job(base, warm.json()["id"])["status"] == "succeeded"
+
+    long_job = post(base, prompt="1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", max_tokens=64, temperature=0).json()
+    while len(requests.get(f"{base}/v1/jobs/{long_job['id']}", timeout=30).json()["text"]) < 3:
+        time.sleep(0.1)
+
+    private.stop()
+    for call in (lambda: post(base, prompt="Hi"),
+                 lambda: requests.get(f"{base}/v1/jobs/{long_job['id']}", timeout=30),
+                 lambda: requests.get(f"{base}/v1/jobs/{long_job['id']}/events", timeout=30),
+                 lambda: requests.delete(f"{base}/v1/jobs/{long_job['id']}", timeout=30)):
+        started = time.monotonic()
+        resp = call()
+        assert time.monotonic() - started < 15  # answers, does not hang
+        assert resp.status_code == 503, resp.text
+        assert resp.json()["error"]["type"] == "service_unavailable"
+        assert "Redis" in resp.json()["error"]["message"] and int(resp.headers["Retry-After"]) > 0
+    assert requests.get(f"{base}/health", timeout=30).status_code == 503
+    time.sleep(3)  # the worker keeps generating meanwhile
+    assert worker.proc.poll() is None
+
+    private.start()
+    deadline = time.monotonic() + 60
+    while (resp := post(base, prompt="Name a colour.", max_tokens=8)).status_code != 202:
+        assert resp.status_code == 503 and time.monotonic() < deadline
+        time.sleep(0.5)
+    after = wait_for_job(base, resp.json()["id"], timeout=180)  # the worker reconnected
+    assert after["status"] == "succeeded"
+
+    final = wait_for_job(base, long_job["id"], timeout=180)
+    assert final["status"] == "succeeded" and final["attempts"] == 1
+    assert final["usage"]["completion_tokens"] == 64
+    with requests.get(f"{base}/v1/jobs/{long_job['id']}/events", stream=True, timeout=30) as stream:
+        events = list(iter_sse(stream.iter_lines()))
+    chunks = [e.json() for e in events if e.event == "chunk"]
+    assert [c["index"] for c in chunks] == list(range(len(chunks)))
+    assert "".join(c["text"] for c in chunks) == final["text"]
+    assert events[-1].event == "done" and "restart" not in [e.event for e in events]
+
+    # every job record in the namespace is whole: the fields of its state are all there
+    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    store = create_app(settings).extensions["llmq"].store
+    job_keys = [k for k in client.scan_iter(f"{settings.namespace}:job:*") if k.count(":") == 2]
+    assert len(job_keys) >= 3
+    for key in job_keys:
+        record = store.get(key.rsplit(":", 1)[1])
+        assert {"id", "status", "model", "created_at", "request", "prompt_tokens"} <= set(record)
+        assert JobStatus(record["status"]).terminal
+        assert record["finish_reason"] and record["finished_at"] >= record["created_at"]
