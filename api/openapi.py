@@ -79,6 +79,17 @@ _JOB = {
 }
 
 
+_SSE_EVENT = {"type": "object", "description": "one event: chunk, restart or done (data is JSON text)",
+              "properties": {"event": {"type": "string"}, "data": {"type": "string"},
+                             "id": {"type": "string"}}}
+
+
+def _with_stream(response: dict) -> dict:
+    """`stream: true` answers POST /v1/jobs with the job's SSE stream instead of JSON."""
+    response["content"]["text/event-stream"] = {"schema": _SSE_EVENT}
+    return response
+
+
 def _json(schema: dict, description: str, headers: dict | None = None) -> dict:
     response = {"description": description, "content": {"application/json": {"schema": schema}}}
     if headers:
@@ -112,7 +123,8 @@ def _paths() -> dict:
             "summary": "Submit a job",
             "requestBody": {"required": True,
                             "content": {"application/json": {"schema": _ref("JobRequest")}}},
-            "responses": {"200": _json(_ref("Job"), "answered from the result cache"),
+            "responses": {"200": _with_stream(_json(_ref("Job"), "answered from the result cache; "
+                                                   "with stream: true, the job's event stream")),
                           "202": _json(_ref("Job"), "queued", {"Location": {"schema": {"type": "string"}}}),
                           **_errors(400, 401, 403, 404, 413, 422, 429, 503)}}},
         "/v1/jobs/{job_id}": {
@@ -123,7 +135,7 @@ def _paths() -> dict:
         "/v1/jobs/{job_id}/events": {"get": {
             "summary": "Stream a job's events (SSE: chunk, restart, done)", "parameters": [_JOB_ID],
             "responses": {"200": {"description": "Server-Sent Events",
-                                  "content": {"text/event-stream": {"schema": {"type": "string"}}}},
+                                  "content": {"text/event-stream": {"schema": _SSE_EVENT}}},
                           **_errors(401, 404, 503)}}},
         "/health": {"get": {"summary": "Health", "security": [], "responses": {
             "200": _json({"type": "object"}, "up (status 'ok', or 'degraded' with no worker)"),
