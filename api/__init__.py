@@ -19,8 +19,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["llmq"] = Services(settings)
     register_error_handlers(app)
 
-    from api import health, jobs
+    from api import health, jobs, openai_api
 
     app.register_blueprint(jobs.bp)
     app.register_blueprint(health.bp)
+    app.register_blueprint(openai_api.bp)
     return app

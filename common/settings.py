@@ -57,6 +57,10 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = False
 
+    # OpenAI-compatible API (issue 3)
+    cancel_on_disconnect: bool = Field(
+        True, description="a client leaving an OpenAI streaming request cancels its job")
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -4,6 +4,7 @@ Called from the Celery task; has no Celery in it, so it can be driven directly i
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import dataclass, field
@@ -11,7 +12,7 @@ from dataclasses import dataclass, field
 from common.jobs import JobStore
 from common.schemas import JobStatus
 from worker.engine.loop import EngineLoop, RequestStream
-from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
+from worker.engine.sequence import EngineRequest, RequestOutput, ResponseFormat, Sampling
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +29,16 @@ class _Progress:
     batch_size_max: int = 0
     finish: RequestOutput | None = None
     pending: list[RequestOutput] = field(default_factory=list)
+
+
+def engine_sampling(sampling: dict) -> Sampling:
+    """The job record's sampling dict (validated by the API) as the engine's `Sampling`."""
+    fmt = sampling.get("response_format")
+    if fmt is not None:
+        spec = fmt.get("json_schema") or {}
+        schema = json.dumps(spec["schema"]) if "schema" in spec else None
+        fmt = ResponseFormat(fmt["type"], schema)
+    return Sampling(**{**sampling, "stop": tuple(sampling.get("stop", ())), "response_format": fmt})
 
 
 class JobRunner:
@@ -65,9 +76,8 @@ class JobRunner:
 
     def _generate(self, job_id: str, record: dict) -> dict:
         request = record["request"]
-        stream = self.loop.submit(EngineRequest(
-            job_id, request["prompt_token_ids"], Sampling(**{**request["sampling"],
-                                                           "stop": tuple(request["sampling"]["stop"])})))
+        stream = self.loop.submit(EngineRequest(job_id, request["prompt_token_ids"],
+                                                engine_sampling(request["sampling"])))
         progress = _Progress(prompt_tokens=len(request["prompt_token_ids"]))
         next_cancel_check = time.monotonic() + self.cancel_poll_s
         while progress.finish is None:
@@ -79,7 +89,7 @@ class JobRunner:
                     self.loop.abort(job_id)
         out = progress.finish
         status = _STATUS_BY_REASON[out.finish_reason]
-        error = {"type": "engine_error", "message": out.error} if out.error else None
+        error = {"type": out.error_type, "message": out.error} if out.error else None
         result = self._end(job_id, status, finish_reason=out.finish_reason, text=progress.text,
                            prompt_tokens=progress.prompt_tokens,
                            completion_tokens=progress.completion_tokens,

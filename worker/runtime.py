@@ -83,10 +83,12 @@ def _build_engine(settings: Settings, model: ModelRef):
     from transformers import AutoTokenizer
 
     from worker.engine.runner_hf import HFModelRunner
+    from worker.engine.structured import StructuredOutput
 
     runner = HFModelRunner(model.path, settings.dtype)
     tokenizer = AutoTokenizer.from_pretrained(model.path)
-    return LLMEngine(runner, tokenizer, settings.max_batch_size, settings.max_batch_tokens)
+    structured = StructuredOutput.from_tokenizer(tokenizer, runner.config.vocab_size, runner.eos_token_ids)
+    return LLMEngine(runner, tokenizer, settings.max_batch_size, settings.max_batch_tokens, structured)
 
 
 _runtime: WorkerRuntime | None = None
