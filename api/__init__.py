@@ -21,7 +21,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.extensions["llmq"] = Services(settings)
     register_error_handlers(app)
 
-    from api import auth, health, jobs, openapi
+    from api import auth, health, jobs, openai_api, openapi
 
     auth.init_app(app, settings)  # app-wide: every blueprint, present or future
     app.register_blueprint(jobs.bp)
@@ -32,4 +32,5 @@ def create_app(settings: Settings | None = None) -> Flask:
     metrics.init_app(app, app.extensions["llmq"])
     app.register_blueprint(web.bp)
     app.register_blueprint(openapi.bp)
+    app.register_blueprint(openai_api.bp)
     return app

@@ -4,6 +4,7 @@ from __future__ import annotations
 import enum
 from typing import Literal
 
+import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
@@ -40,6 +41,37 @@ class Message(BaseModel):
     content: str = Field(min_length=1)
 
 
+class ResponseFormat(BaseModel):
+    """OpenAI's `response_format`: free text, any JSON object, or JSON matching a schema.
+
+    `json_schema` keeps OpenAI's shape, `{"name", "schema", "strict", "description"}`; the schema is
+    checked against its JSON Schema metaschema here, so a bad one is refused before it is queued.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict | None = None
+
+    @model_validator(mode="after")
+    def _schema_fits_type(self) -> "ResponseFormat":
+        if self.type != "json_schema":
+            if self.json_schema is not None:
+                raise ValueError("json_schema is only allowed with type 'json_schema'")
+            return self
+        spec = self.json_schema
+        if spec is None or not isinstance(spec.get("schema"), dict):
+            raise ValueError("type 'json_schema' needs json_schema.schema, a JSON Schema object")
+        unknown = set(spec) - {"name", "schema", "strict", "description"}
+        if unknown:
+            raise ValueError(f"json_schema: unknown field(s) {sorted(unknown)}")
+        try:
+            jsonschema.validators.validator_for(spec["schema"]).check_schema(spec["schema"])
+        except jsonschema.SchemaError as exc:
+            raise ValueError(f"json_schema.schema is not a valid JSON Schema: {exc.message}")
+        return self
+
+
 class SamplingParams(BaseModel):
     """Per-request decoding parameters; the engine honours each one per sequence."""
 
@@ -51,6 +83,14 @@ class SamplingParams(BaseModel):
     top_k: int = Field(0, ge=0, description="0 disables top-k")
     seed: int | None = Field(None, ge=0, le=2**63 - 1)
     stop: list[str] = Field(default_factory=list, max_length=8)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    response_format: ResponseFormat | None = None
+
+    @field_validator("response_format")
+    @classmethod
+    def _text_is_unconstrained(cls, value: ResponseFormat | None) -> ResponseFormat | None:
+        return None if value is not None and value.type == "text" else value
 
     @field_validator("stop", mode="before")
     @classmethod

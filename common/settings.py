@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     rate_limit_rpm: int = Field(0, ge=0, description="job submissions per key per minute; 0: no limit")
     rate_limit_concurrent: int = Field(0, ge=0, description="queued+running jobs per key; 0: no limit")
 
+    # OpenAI-compatible API (issue 3)
+    cancel_on_disconnect: bool = Field(
+        True, description="a client leaving an OpenAI streaming request cancels its job")
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -11,6 +11,7 @@ deadline is aborted and ends with finish reason `timeout`.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
@@ -23,7 +24,7 @@ from common.jobs import JobStore
 from common.schemas import JobStatus
 from common.settings import Settings
 from worker.engine.loop import EngineLoop, RequestStream
-from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
+from worker.engine.sequence import EngineRequest, RequestOutput, ResponseFormat, Sampling
 from worker.lease import Leases, lease_ttl
 from worker.metrics import WorkerMetrics
 
@@ -51,6 +52,16 @@ class _Progress:
     finish: RequestOutput | None = None
     abort_reason: str | None = None  # 'timeout' when we stopped it; None for a client cancel
     buffering: bool = False  # Redis was unavailable at the last write
+
+
+def engine_sampling(sampling: dict) -> Sampling:
+    """The job record's sampling dict (validated by the API) as the engine's `Sampling`."""
+    fmt = sampling.get("response_format")
+    if fmt is not None:
+        spec = fmt.get("json_schema") or {}
+        schema = json.dumps(spec["schema"]) if "schema" in spec else None
+        fmt = ResponseFormat(fmt["type"], schema)
+    return Sampling(**{**sampling, "stop": tuple(sampling.get("stop", ())), "response_format": fmt})
 
 
 class JobRunner:
@@ -106,9 +117,8 @@ class JobRunner:
 
     def _generate(self, job_id: str, attempt: int, record: dict) -> dict:
         request = record["request"]
-        stream = self.loop.submit(EngineRequest(
-            job_id, request["prompt_token_ids"], Sampling(**{**request["sampling"],
-                                                           "stop": tuple(request["sampling"]["stop"])})))
+        stream = self.loop.submit(EngineRequest(job_id, request["prompt_token_ids"],
+                                                engine_sampling(request["sampling"])))
         progress = _Progress(prompt_tokens=len(request["prompt_token_ids"]))
         run_timeout = record.get("run_timeout_s") or self.settings.run_timeout_s
         deadline = time.monotonic() + run_timeout if run_timeout else None
@@ -127,7 +137,7 @@ class JobRunner:
         reason = progress.abort_reason if out.finish_reason == "cancelled" and progress.abort_reason \
             else out.finish_reason
         status = _STATUS_BY_REASON[reason]
-        error = {"type": "engine_error", "message": out.error} if out.error else None
+        error = {"type": out.error_type, "message": out.error} if out.error else None
         if reason == "timeout":
             error = {"type": "run_timeout", "message": f"generation ran past its {run_timeout:g} s "
                                                        "limit and was stopped; the text so far is kept"}

@@ -100,6 +100,7 @@ def _build_engine(settings: Settings, model: ModelRef):
 
     from worker.engine.prefix_cache import PrefixCache
     from worker.engine.runner_hf import HFModelRunner
+    from worker.engine.structured import StructuredOutput
 
     runner = HFModelRunner(model.path, settings.dtype, settings.max_batch_size, settings.max_model_len)
     per_token = runner.kv_bytes_per_token
@@ -109,7 +110,9 @@ def _build_engine(settings: Settings, model: ModelRef):
     log.info("engine: dtype=%s, KV budget %d MB = %d tokens, prefix cache %d MB", runner.dtype,
              settings.kv_cache_mb, budget, settings.prefix_cache_mb)
     tokenizer = AutoTokenizer.from_pretrained(model.path)
-    return LLMEngine(runner, tokenizer, settings.max_batch_size, budget, settings.max_prefill_tokens)
+    structured = StructuredOutput.from_tokenizer(tokenizer, runner.config.vocab_size, runner.eos_token_ids)
+    return LLMEngine(runner, tokenizer, settings.max_batch_size, budget, settings.max_prefill_tokens,
+                     structured)
 
 
 _runtime: WorkerRuntime | None = None

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 
@@ -16,6 +16,11 @@ from worker.engine.detokenizer import Decoder, IncrementalDetokenizer
 from worker.engine.sampler import make_generator, sample
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import EngineRequest, RequestOutput, Sequence
+
+if TYPE_CHECKING:
+    from xgrammar import GrammarMatcher
+
+    from worker.engine.structured import StructuredOutput
 
 log = logging.getLogger(__name__)
 
@@ -45,8 +50,10 @@ class EngineStats:
 
 class LLMEngine:
     def __init__(self, runner: ModelRunner, tokenizer: Decoder, max_batch_size: int = 16,
-                 kv_budget_tokens: int = 1 << 20, max_prefill_tokens: int = 1 << 30):
+                 kv_budget_tokens: int = 1 << 20, max_prefill_tokens: int = 1 << 30,
+                 structured: StructuredOutput | None = None):
         self.runner = runner
+        self.structured = structured  # JSON output (response_format); None: such requests are refused
         self.tokenizer = tokenizer
         self.scheduler = Scheduler(max_batch_size, kv_budget_tokens, max_prefill_tokens,
                                    getattr(runner, "prefill_tokens", len))
@@ -54,6 +61,7 @@ class LLMEngine:
         self._detok: dict[str, IncrementalDetokenizer] = {}
         self._generators: dict[str, torch.Generator] = {}
         self._seqs: dict[str, Sequence] = {}
+        self._matchers: dict[str, GrammarMatcher] = {}  # request id -> its grammar matcher (JSON output)
         self._aborted: list[str] = []
 
     # --- requests -------------------------------------------------------------------------
@@ -62,11 +70,22 @@ class LLMEngine:
             raise ValueError(f"request {request.request_id} is already in the engine")
         if not request.prompt_token_ids:
             raise ValueError("empty prompt")
+        matcher = self._matcher_for(request)
         seq = Sequence(request)
         self.scheduler.add(seq)
+        if matcher is not None:
+            self._matchers[seq.id] = matcher
         self._seqs[seq.id] = seq
         self._detok[seq.id] = IncrementalDetokenizer(self.tokenizer, request.sampling.stop)
         self._generators[seq.id] = make_generator(request.sampling)
+
+    def _matcher_for(self, request: EngineRequest):
+        fmt = request.sampling.response_format
+        if fmt is None:
+            return None
+        if self.structured is None:
+            raise ValueError("this engine does not support response_format (structured output)")
+        return self.structured.matcher(fmt)
 
     def abort_request(self, request_id: str) -> None:
         """Mark for removal; the next `step` reports it finished with reason 'cancelled'."""
@@ -82,16 +101,15 @@ class LLMEngine:
         batch = self.scheduler.schedule()
         if batch.empty:
             return outputs
-        seqs = batch.prefill or batch.decode
+        by_id = {seq.id: seq for seq in batch.prefill or batch.decode}
         try:
             logits, order = self._run(batch)
+            ordered = [by_id[rid] for rid in order]
+            tokens = self._sample(logits, ordered)
         except Exception as exc:  # engine-level failure: fail every in-flight request
             log.exception("model step failed; failing %d requests", len(self._seqs))
             return outputs + self.fail_all(f"engine error: {exc}")
         self._record(len(self.runner.rows), prefill=bool(batch.prefill))
-        by_id = {seq.id: seq for seq in seqs}
-        ordered = [by_id[rid] for rid in order]
-        tokens = sample(logits, [s.sampling for s in ordered], [self._generators[s.id] for s in ordered])
         for seq, token in zip(ordered, tokens):
             outputs.append(self._advance(seq, token))
         self.runner.release([o.request_id for o in outputs if o.finished])
@@ -104,11 +122,26 @@ class LLMEngine:
         logits = self.runner.decode({seq.id: seq.last_token for seq in batch.decode})
         return logits, list(self.runner.rows)
 
+    @torch.inference_mode()  # the runner's logits are inference tensors; masks edit them in place
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
+        """JSON grammar masks, then penalties and one token per row (`sampler.sample`)."""
+        logits = logits.float()
+        if self._matchers:
+            self.structured.mask(logits, [self._matchers.get(s.id) for s in seqs])
+        return sample(logits, [s.sampling for s in seqs], [self._generators[s.id] for s in seqs],
+                      [s.output_token_ids for s in seqs])
+
     def _advance(self, seq: Sequence, token: int) -> RequestOutput:
         seq.output_token_ids.append(token)
         self.stats.tokens_generated += 1
         detok = self._detok[seq.id]
         reason = None
+        matcher = self._matchers.get(seq.id)
+        if matcher is not None and not matcher.accept_token(token):
+            self._finish(seq, "error")
+            out = self._output(seq, "", [token], "error")
+            out.error = f"structured output: token {token} does not fit the grammar"
+            return out
         if token in self.runner.eos_token_ids:
             reason = "stop"
             text = detok.flush()
@@ -116,6 +149,9 @@ class LLMEngine:
             text = detok.add(token)
             if detok.stopped:
                 reason = "stop"
+            elif matcher is not None and matcher.is_terminated():
+                reason = "stop"  # the JSON is complete
+                text += detok.flush()
             elif len(seq.output_token_ids) >= seq.sampling.max_tokens:
                 reason = "length"
                 text += detok.flush()
@@ -149,6 +185,7 @@ class LLMEngine:
         self._seqs.pop(seq.id, None)
         self._detok.pop(seq.id, None)
         self._generators.pop(seq.id, None)
+        self._matchers.pop(seq.id, None)
 
     def _output(self, seq: Sequence, text: str, new_ids: list[int], reason: str | None) -> RequestOutput:
         return RequestOutput(

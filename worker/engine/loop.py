@@ -82,7 +82,8 @@ class EngineLoop:
             self.engine.add_request(request)
         except ValueError as exc:  # request-level error: only this request fails
             stream.put(RequestOutput(request.request_id, "", [], finished=True, finish_reason="error",
-                                     prompt_tokens=len(request.prompt_token_ids), error=str(exc)))
+                                     prompt_tokens=len(request.prompt_token_ids), error=str(exc),
+                                     error_type="invalid_request"))
             return
         self._streams[request.request_id] = stream
 

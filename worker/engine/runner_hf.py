@@ -39,7 +39,7 @@ class HFModelRunner:
         self.dtype = resolve_dtype(dtype)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype)
         self.model.eval()
-        config = self.model.config
+        config = self.config = self.model.config
         self.head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
         self.max_model_len = min(max_model_len, config.max_position_embeddings)
         self.cache = SlotKVCache(config.num_hidden_layers, max_batch_size, config.num_key_value_heads,

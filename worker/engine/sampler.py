@@ -1,4 +1,4 @@
-"""Token selection with per-request temperature, top-k, top-p and seed."""
+"""Token selection with per-request temperature, top-k, top-p, seed and presence/frequency penalties."""
 from __future__ import annotations
 
 import torch
@@ -16,14 +16,28 @@ def make_generator(sampling: Sampling) -> torch.Generator:
     return generator
 
 
-def sample(logits: torch.Tensor, params: list[Sampling], generators: list[torch.Generator]) -> list[int]:
-    """One token per row of `logits` (rows x vocab); greedy rows are done in one argmax."""
+def sample(logits: torch.Tensor, params: list[Sampling], generators: list[torch.Generator],
+           outputs: list[list[int]] | None = None) -> list[int]:
+    """One token per row of `logits` (rows x vocab); greedy rows are done in one argmax.
+    `outputs` (each row's generated token ids so far) feeds the presence/frequency penalties."""
     logits = logits.float()
+    if outputs is not None:
+        apply_penalties(logits, params, outputs)
     tokens = logits.argmax(dim=-1).tolist()
     for row, (sampling, generator) in enumerate(zip(params, generators)):
         if sampling.temperature > 0:
             tokens[row] = _sample_row(logits[row], sampling, generator)
     return tokens
+
+
+def apply_penalties(logits: torch.Tensor, params: list[Sampling], outputs: list[list[int]]) -> None:
+    """OpenAI's penalties, in place: each token already generated loses `presence_penalty` once
+    and `frequency_penalty` per occurrence."""
+    for row, (sampling, generated) in enumerate(zip(params, outputs)):
+        if not generated or (sampling.presence_penalty == 0 and sampling.frequency_penalty == 0):
+            continue
+        ids, counts = torch.tensor(generated).unique(return_counts=True)
+        logits[row, ids] -= sampling.frequency_penalty * counts + sampling.presence_penalty
 
 
 def _sample_row(logits: torch.Tensor, sampling: Sampling, generator: torch.Generator) -> int:

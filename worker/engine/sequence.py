@@ -6,6 +6,15 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class ResponseFormat:
+    """Constrain the output to JSON: `json_object` (any object) or `json_schema` (`schema` is the
+    schema as JSON text)."""
+
+    kind: str
+    schema: str | None = None
+
+
+@dataclass(frozen=True)
 class Sampling:
     """Decoding parameters of one request (the engine's copy; no pydantic here)."""
 
@@ -15,6 +24,9 @@ class Sampling:
     top_k: int = 0
     seed: int | None = None
     stop: tuple[str, ...] = ()
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    response_format: ResponseFormat | None = None
 
 
 @dataclass(frozen=True)
@@ -78,3 +90,4 @@ class RequestOutput:
     completion_tokens: int = 0
     batch_size: int = 1
     error: str | None = None
+    error_type: str = "engine_error"  # "invalid_request" when the engine refused the request itself

@@ -1,0 +1,181 @@
+"""OpenAI-compatible endpoints: `/v1/chat/completions`, `/v1/completions`, `/v1/models`.
+
+Requests become ordinary jobs (same admission, cache, queue and workers as `/v1/jobs`); the answer
+is read from the job's event log: waited for whole, or relayed as `chat.completion.chunk`s ending in
+`data: [DONE]`. A streaming client that disconnects cancels its job (`cancel_on_disconnect`).
+Errors on this blueprint use OpenAI's body, `{"error": {"message", "type", "param", "code"}}`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from collections.abc import Iterator
+
+import redis
+from flask import Blueprint, Response, jsonify, stream_with_context
+from kombu.exceptions import OperationalError
+from pydantic import ValidationError
+from werkzeug.exceptions import HTTPException
+
+from api.errors import ApiError, describe_validation
+from api.jobs import json_body
+from api.openai_format import Surface, error_body, sse_data, usage
+from api.openai_schemas import ChatCompletionRequest, CompletionRequest
+from api.services import Services, services
+from api.sse import job_event_stream
+from api.submit import submit_job
+from common.schemas import JobStatus
+
+log = logging.getLogger(__name__)
+bp = Blueprint("openai", __name__, url_prefix="/v1")
+
+CHAT, COMPLETION = Surface(chat=True), Surface(chat=False)
+_PARAM_BY_CODE = {"model_not_found": "model"}  # llmq errors that are about one parameter
+
+
+@bp.post("/chat/completions")
+def chat_completions():
+    return _complete(CHAT, ChatCompletionRequest.model_validate(json_body()))
+
+
+@bp.post("/completions")
+def completions():
+    return _complete(COMPLETION, CompletionRequest.model_validate(json_body()))
+
+
+@bp.get("/models")
+def list_models():
+    return jsonify({"object": "list", "data": [_model_card(m) for m in _live_models(services())]})
+
+
+@bp.get("/models/<path:model>")
+def get_model(model: str):
+    if model not in _live_models(services()):
+        raise ApiError(404, "model_not_found", f"no live worker serves model {model!r}", param="model")
+    return jsonify(_model_card(model))
+
+
+def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest) -> Response:
+    svc = services()
+    _, record = submit_job(svc, body.job_request())
+    if body.stream:
+        return _stream_response(svc, surface, record, body.include_usage)
+    if not JobStatus(record["status"]).terminal:
+        with contextlib.closing(job_event_stream(svc, record["id"], None)) as events:
+            for _, event, _ in events:
+                if event == "done":
+                    break
+        record = svc.store.get(record["id"]) or {**record, "status": JobStatus.EXPIRED.value}
+    if record["status"] != JobStatus.SUCCEEDED.value:
+        raise _job_error(record)
+    response = jsonify(surface.response(record))
+    response.headers["X-LLMQ-Job-Id"] = record["id"]
+    return response
+
+
+def _stream_response(svc: Services, surface: Surface, record: dict, include_usage: bool) -> Response:
+    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive",
+               "X-LLMQ-Job-Id": record["id"]}
+    return Response(stream_with_context(_relay(svc, surface, record, include_usage)),
+                    mimetype="text/event-stream", headers=headers)
+
+
+def _relay(svc: Services, surface: Surface, record: dict, include_usage: bool) -> Iterator[str]:
+    """The job's events as OpenAI chunks. Leaving before the end (the client disconnected: Flask
+    closes this generator) cancels the job when `cancel_on_disconnect` is set."""
+    extra = {"usage": None} if include_usage else {}
+    finished = False
+    try:
+        if surface.chat:
+            yield sse_data({**surface.chunk(record, role=True), **extra})
+        with contextlib.closing(job_event_stream(svc, record["id"], None)) as events:
+            for _, event, data in events:
+                if event == "heartbeat":
+                    yield ": keep-alive\n\n"
+                elif event == "chunk":
+                    yield sse_data({**surface.chunk(record, text=data["text"]), **extra})
+                elif event == "restart":  # chunks already sent cannot be taken back
+                    yield sse_data(error_body(500, "the worker running this job was lost; "
+                                                   "retry the request", "worker_lost"))
+                    return
+                elif event == "done":
+                    finished = True
+                    yield from _stream_end(surface, record, data, include_usage, extra)
+                    return
+    finally:
+        if not finished and svc.settings.cancel_on_disconnect:
+            _cancel(svc, record["id"])
+
+
+def _stream_end(surface: Surface, record: dict, done: dict, include_usage: bool, extra: dict):
+    if done["status"] == JobStatus.SUCCEEDED.value:
+        yield sse_data({**surface.chunk(record, finish_reason=done["finish_reason"]), **extra})
+        if include_usage:
+            yield sse_data(surface.usage_chunk(record, done["usage"]))
+    else:
+        error = _job_error({**record, **done})
+        yield sse_data(error_body(error.status, error.message, error.type))
+    yield sse_data("[DONE]")
+
+
+def _cancel(svc: Services, job_id: str) -> None:
+    try:
+        outcome = svc.store.request_cancel(job_id)
+        if outcome == "cancelled":  # it was still queued: close its log now
+            svc.store.publish_done(job_id)
+        log.info("job %s: client left its stream; cancel -> %s", job_id, outcome, extra={"job_id": job_id})
+    except redis.RedisError as exc:
+        log.warning("job %s: could not cancel after the client left: %s", job_id, exc)
+
+
+def _job_error(record: dict) -> ApiError:
+    """Why a job has no answer, as an error of this surface."""
+    status, error = record.get("status"), record.get("error") or {}
+    if status == JobStatus.CANCELLED.value:
+        return ApiError(409, "job_cancelled", f"job {record['id']} was cancelled before it finished")
+    if error.get("type") == "invalid_request":  # the engine refused it, e.g. an unenforceable schema
+        return ApiError(400, "invalid_request", error.get("message", "invalid request"))
+    return ApiError(500, error.get("type") or "job_failed",
+                    error.get("message") or f"job {record['id']} ended as {status}")
+
+
+def _live_models(svc: Services) -> list[str]:
+    """Models served by workers whose heartbeat is still fresh."""
+    models = []
+    for raw in svc.redis.hvals(svc.keys.workers):
+        info = json.loads(raw)
+        if info.get("model") not in models and svc.redis.exists(svc.keys.worker_alive(info["name"])):
+            models.append(info["model"])
+    return models
+
+
+def _model_card(model: str) -> dict:
+    return {"id": model, "object": "model", "created": 0, "owned_by": "llmq"}
+
+
+@bp.errorhandler(Exception)
+def _openai_error(exc: Exception):
+    """Every failure on this blueprint in OpenAI's error shape; /v1/jobs keeps its own."""
+    headers: dict = {}
+    if isinstance(exc, ApiError):
+        # OpenAI answers 400 for invalid values and prompts beyond the context
+        status = 400 if exc.status in (413, 422) else exc.status
+        message, code, headers = exc.message, exc.type, exc.headers
+        param = exc.extra.get("param") or _PARAM_BY_CODE.get(code)
+    elif isinstance(exc, ValidationError):
+        message, details = describe_validation(exc)
+        status, code, param = 400, "invalid_value", details[0]["field"] if details else None
+    elif isinstance(exc, HTTPException):
+        status, message, code, param = exc.code or 400, exc.description or exc.name, None, None
+    elif isinstance(exc, (redis.RedisError, OperationalError)):
+        log.warning("backend unavailable: %s", exc)
+        status, code, param, headers = 503, "service_unavailable", None, {"Retry-After": "5"}
+        message = "the job store (Redis) is unreachable; try again shortly"
+    else:
+        log.exception("unhandled error")
+        status, message, code, param = 500, "internal error; it has been logged", "internal_error", None
+    response = jsonify(error_body(status, message, code, param))
+    response.status_code = status
+    response.headers.update(headers)
+    return response

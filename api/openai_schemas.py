@@ -1,0 +1,152 @@
+"""OpenAI request bodies (chat completions, completions), mapped onto llmq's `JobRequest`.
+
+Unknown fields are refused, as OpenAI does; fields llmq has no use for but that change nothing
+(`user`, `metadata`, ...) are accepted; fields that would change the answer in a way llmq cannot
+honour (`n` > 1, `logprobs`, `tools`, ...) get a 400 naming the parameter, never silence.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from api.errors import ApiError
+from common.schemas import JobRequest
+
+# parameter -> the values that mean "not used"; anything else is refused
+_UNSUPPORTED: dict[str, tuple] = {
+    "n": (None, 1), "best_of": (None, 1), "logprobs": (None, False, 0), "top_logprobs": (None, 0),
+    "logit_bias": (None, {}), "echo": (None, False), "suffix": (None, ""),
+    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
+    "function_call": (None, "none"), "audio": (None,), "modalities": (None, ["text"]),
+    "prediction": (None,), "web_search_options": (None,),
+}
+_SAMPLING = ("temperature", "top_p", "top_k", "seed", "stop", "presence_penalty",
+             "frequency_penalty", "response_format", "cache")
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    include_usage: bool = False
+    include_obfuscation: bool | None = None  # accepted; llmq never pads its chunks
+
+
+class _OpenAIRequest(BaseModel):
+    """What chat completions and completions share."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    model: str = Field(min_length=1)
+    max_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    response_format: dict | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    # accepted and ignored: they do not change the answer
+    user: str | None = None
+    metadata: dict | None = None
+    store: bool | None = None
+    service_tier: str | None = None
+    parallel_tool_calls: bool | None = None
+    safety_identifier: str | None = None
+    prompt_cache_key: str | None = None
+    prompt_cache_retention: Any = None
+    prompt_cache_options: Any = None
+    verbosity: str | None = None
+    # refused unless "not used" (see _UNSUPPORTED)
+    n: int | None = None
+    logprobs: Any = None
+    logit_bias: dict | None = None
+    # llmq extensions (send them with the openai client's `extra_body`)
+    top_k: int | None = None
+    cache: bool | None = None
+
+    def refuse_unsupported(self) -> None:
+        for name, unused in _UNSUPPORTED.items():
+            value = getattr(self, name, None)
+            if value not in unused:
+                raise ApiError(400, "unsupported_parameter",
+                               f"{name}={value!r} is not supported by this server", param=name)
+
+    def _job_fields(self) -> dict:
+        self.refuse_unsupported()
+        fields = {k: v for k in _SAMPLING if (v := getattr(self, k)) is not None}
+        if self.max_tokens is not None:
+            fields["max_tokens"] = self.max_tokens
+        return {**fields, "model": self.model, "stream": bool(self.stream)}
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatMessage(BaseModel):
+    """Text messages. Content parts other than text, and tool/function roles, are refused."""
+
+    model_config = ConfigDict(extra="ignore")  # e.g. refusal/annotations echoed back from a reply
+
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[dict]
+    name: str | None = None
+
+    @field_validator("content")
+    @classmethod
+    def _text_only(cls, content):
+        if isinstance(content, str):
+            return content
+        if any(part.get("type") != "text" or not isinstance(part.get("text"), str) for part in content):
+            raise ValueError("only text content parts ({'type': 'text', 'text': ...}) are supported")
+        return "".join(part["text"] for part in content)
+
+    def as_message(self) -> dict:
+        return {"role": "system" if self.role == "developer" else self.role, "content": self.content}
+
+
+class ChatCompletionRequest(_OpenAIRequest):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = None
+    top_logprobs: int | None = None
+    tools: list | None = None
+    tool_choice: Any = None
+    functions: list | None = None
+    function_call: Any = None
+    audio: Any = None
+    modalities: list[str] | None = None
+    prediction: Any = None
+    web_search_options: Any = None
+    reasoning_effort: str | None = None  # accepted; no reasoning models here
+
+    def job_request(self) -> JobRequest:
+        fields = self._job_fields()
+        if self.max_completion_tokens is not None:
+            if self.max_tokens not in (None, self.max_completion_tokens):
+                raise ApiError(400, "invalid_value", "max_tokens and max_completion_tokens differ; "
+                               "send one of them", param="max_completion_tokens")
+            fields["max_tokens"] = self.max_completion_tokens
+        fields["messages"] = [m.as_message() for m in self.messages]
+        return JobRequest.model_validate(fields)
+
+
+class CompletionRequest(_OpenAIRequest):
+    prompt: str | list[str]
+    best_of: int | None = None
+    echo: bool | None = None
+    suffix: str | None = None
+
+    @field_validator("prompt")
+    @classmethod
+    def _one_prompt(cls, prompt):
+        if isinstance(prompt, list):
+            if len(prompt) != 1:
+                raise ValueError("send one prompt per request (a string, or a list of one string)")
+            return prompt[0]
+        return prompt
+
+    def job_request(self) -> JobRequest:
+        return JobRequest.model_validate({**self._job_fields(), "prompt": self.prompt})
