@@ -41,6 +41,21 @@ class Message(BaseModel):
     content: str = Field(min_length=1)
 
 
+def _response_format_schema(schema: dict) -> None:
+    """Publish the type/json_schema pairing (checked by the validator below) in the JSON Schema,
+    so OpenAPI clients and fuzzers know which combinations are valid."""
+    spec = {"type": "object", "required": ["schema"], "additionalProperties": False,
+            "properties": {"name": {"type": "string"}, "schema": {"type": "object"},
+                           "strict": {"type": ["boolean", "null"]}, "description": {"type": "string"}}}
+    schema.clear()
+    schema.update({"title": "ResponseFormat", "oneOf": [
+        {"type": "object", "additionalProperties": False, "required": ["type"],
+         "properties": {"type": {"enum": ["text", "json_object"]}}},
+        {"type": "object", "additionalProperties": False, "required": ["type", "json_schema"],
+         "properties": {"type": {"const": "json_schema"}, "json_schema": spec}},
+    ]})
+
+
 class ResponseFormat(BaseModel):
     """OpenAI's `response_format`: free text, any JSON object, or JSON matching a schema.
 
@@ -48,7 +63,7 @@ class ResponseFormat(BaseModel):
     checked against its JSON Schema metaschema here, so a bad one is refused before it is queued.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=lambda schema: _response_format_schema(schema))
 
     type: Literal["text", "json_object", "json_schema"]
     json_schema: dict | None = None
