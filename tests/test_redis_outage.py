@@ -104,11 +104,22 @@ def test_redis_restart_is_503_then_recovery_without_losing_or_tearing_a_job(outa
     assert "".join(c["text"] for c in chunks) == final["text"]
     assert events[-1].event == "done" and "restart" not in [e.event for e in events]
 
-    # every job record in the namespace is whole: the fields of its state are all there
+    # the worker is still up, and every job's message was acked, even the one acked on the
+    # connection that died (nothing left for Redis to redeliver)
+    last = wait_for_job(base, post(base, prompt="Bye", max_tokens=4).json()["id"], timeout=180)
+    assert last["status"] == "succeeded" and worker.proc.poll() is None
     client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    unacked = f"{settings.namespace}:broker:unacked_index"
+    for _ in range(50):
+        if client.zcard(unacked) == 0:
+            break
+        time.sleep(0.1)
+    assert client.zcard(unacked) == 0
+
+    # every job record in the namespace is whole: the fields of its state are all there
     store = create_app(settings).extensions["llmq"].store
     job_keys = [k for k in client.scan_iter(f"{settings.namespace}:job:*") if k.count(":") == 2]
-    assert len(job_keys) >= 3
+    assert len(job_keys) >= 4
     for key in job_keys:
         record = store.get(key.rsplit(":", 1)[1])
         assert {"id", "status", "model", "created_at", "request", "prompt_tokens"} <= set(record)

@@ -76,7 +76,7 @@ class JobRunner:
         self.leases = leases or Leases(store, worker_name, self.lease_ttl_s)
 
     def run(self, job_id: str) -> dict:
-        if self.store.expire_if_overdue(job_id):
+        if self._retrying(lambda: self.store.expire_if_overdue(job_id)):
             log.info("job %s: expired in the queue", job_id, extra={"job_id": job_id})
             return {"job_id": job_id, "status": JobStatus.EXPIRED.value, "finish_reason": "timeout"}
         outcome, attempt = self._claim(job_id)
@@ -109,8 +109,8 @@ class JobRunner:
         """Start the job. A duplicate delivery (another live worker holds the job) waits for that
         worker to finish it, or to die and let its lease lapse, in which case this one restarts it."""
         while True:
-            outcome, attempt = self.store.start(job_id, self.worker_name, self.settings.max_attempts,
-                                                self.lease_ttl_s)
+            outcome, attempt = self._retrying(lambda: self.store.start(
+                job_id, self.worker_name, self.settings.max_attempts, self.lease_ttl_s))
             if outcome != "duplicate":
                 return outcome, attempt
             time.sleep(self.settings.heartbeat_s)
