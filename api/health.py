@@ -1,7 +1,6 @@
 """Liveness and readiness: Redis, live workers (Celery ping), queue depth, model, batching mode."""
 from __future__ import annotations
 
-import json
 
 import redis
 from flask import Blueprint, jsonify
@@ -27,8 +26,7 @@ def health():
         body["model"] = {"name": None, "error": str(exc)}
     replies = svc.celery.control.ping(timeout=svc.settings.health_ping_timeout_s)
     body["workers"] = sorted(name for reply in replies for name in reply)
-    body["workers_detail"] = [json.loads(v) for v in svc.redis.hvals(svc.keys.workers)
-                              if svc.redis.exists(svc.keys.worker_alive(json.loads(v)["name"]))]
+    body["workers_detail"] = svc.store.live_workers()
     body["queue_depth"] = svc.store.queue_depth()
     if not body["workers"]:
         body["status"] = "degraded"  # jobs are accepted and wait in the queue

@@ -7,6 +7,7 @@ from flask import Blueprint, jsonify, request, url_for
 
 from api.auth import may_access
 from api.errors import ApiError
+from api.eta import queue_eta
 from api.services import services
 from api.sse import job_event_stream, sse_response
 from api.submit import submit_job
@@ -48,7 +49,7 @@ def create_job():
         response = sse_response(job_event_stream(services(), record["id"], None))
         response.headers["X-Job-Id"] = record["id"]
     else:
-        response = jsonify(job_view(record))
+        response = jsonify({**job_view(record), **queue_eta(services(), record)})
         response.status_code = status
     response.headers["Location"] = url_for("jobs.get_job", job_id=record["id"])
     return response
@@ -56,7 +57,8 @@ def create_job():
 
 @bp.get("/<job_id>")
 def get_job(job_id: str):
-    return jsonify(job_view(_record_or_404(job_id)))
+    record = _record_or_404(job_id)
+    return jsonify({**job_view(record), **queue_eta(services(), record)})
 
 
 @bp.get("/<job_id>/events")

@@ -7,7 +7,6 @@ process answers them the same.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 
@@ -72,14 +71,7 @@ class ClusterCollector:
         yield live
 
     def _live_workers(self) -> list[dict]:
-        svc = self.svc
-        infos = [json.loads(v) for v in svc.redis.hvals(svc.keys.workers)]
-        if not infos:
-            return []
-        pipe = svc.redis.pipeline(transaction=False)
-        for info in infos:
-            pipe.exists(svc.keys.worker_alive(info["name"]))
-        return [info for info, alive in zip(infos, pipe.execute()) if alive]
+        return self.svc.store.live_workers()
 
     def _queues(self, workers: list[dict]) -> set[str]:
         """The served model's queue and every queue a live worker consumes."""

@@ -8,7 +8,6 @@ Errors on this blueprint use OpenAI's body, `{"error": {"message", "type", "para
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 from collections.abc import Iterator
 
@@ -20,7 +19,7 @@ from werkzeug.exceptions import HTTPException
 
 from api.errors import ApiError, describe_validation
 from api.jobs import json_body
-from api.openai_format import Surface, error_body, sse_data, usage
+from api.openai_format import Surface, error_body, sse_data
 from api.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
 from api.sse import job_event_stream
@@ -142,12 +141,7 @@ def _job_error(record: dict) -> ApiError:
 
 def _live_models(svc: Services) -> list[str]:
     """Models served by workers whose heartbeat is still fresh."""
-    models = []
-    for raw in svc.redis.hvals(svc.keys.workers):
-        info = json.loads(raw)
-        if info.get("model") not in models and svc.redis.exists(svc.keys.worker_alive(info["name"])):
-            models.append(info["model"])
-    return models
+    return list(dict.fromkeys(info["model"] for info in svc.store.live_workers() if info.get("model")))
 
 
 def _model_card(model: str) -> dict:

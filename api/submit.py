@@ -112,5 +112,7 @@ def _answer_from_cache(svc: Services, fields: dict, hit: dict) -> dict:
 
 
 def _retry_after(svc: Services) -> int:
-    """Seconds until the queue has likely drained below its limit (refined by issue #7)."""
-    return 5
+    """Seconds until the queue has likely drained below its limit, from measured worker rates."""
+    from api.eta import queue_retry_after
+
+    return queue_retry_after(svc)

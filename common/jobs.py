@@ -268,6 +268,20 @@ class JobStore:
     def cancel_requested(self, job_id: str) -> bool:
         return self.r.hget(self.keys.job(job_id), "cancel_requested") == "1"
 
+    def live_workers(self) -> list[dict[str, Any]]:
+        """Heartbeat info of every worker whose heartbeat is still fresh."""
+        infos = [json.loads(v) for v in self.r.hvals(self.keys.workers)]
+        if not infos:
+            return []
+        pipe = self.r.pipeline(transaction=False)
+        for info in infos:
+            pipe.exists(self.keys.worker_alive(info["name"]))
+        return [info for info, alive in zip(infos, pipe.execute()) if alive]
+
+    def queue_position(self, job_id: str) -> int | None:
+        """Queued jobs admitted before this one (FIFO; priorities may reorder), None if not queued."""
+        return self.r.zrank(self.keys.queued, job_id)
+
     def queue_depth(self) -> int:
         return self.r.zcard(self.keys.queued)
 

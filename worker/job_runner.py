@@ -26,6 +26,7 @@ from common.settings import Settings
 from worker.engine.loop import EngineLoop, RequestStream
 from worker.engine.sequence import EngineRequest, RequestOutput, ResponseFormat, Sampling
 from worker.lease import Leases, lease_ttl
+from worker.load_meter import LoadMeter
 from worker.metrics import WorkerMetrics
 
 log = logging.getLogger(__name__)
@@ -66,9 +67,11 @@ def engine_sampling(sampling: dict) -> Sampling:
 
 class JobRunner:
     def __init__(self, store: JobStore, loop: EngineLoop, worker_name: str, settings: Settings,
-                 leases: Leases | None = None, metrics: WorkerMetrics | None = None):
+                 leases: Leases | None = None, metrics: WorkerMetrics | None = None,
+                 meter: LoadMeter | None = None):
         self.store = store
         self.metrics = metrics
+        self.meter = meter
         self.loop = loop
         self.worker_name = worker_name
         self.settings = settings
@@ -131,6 +134,8 @@ class JobRunner:
                 self._check_stop(job_id, progress, deadline)
         self._retrying(lambda: self._publish(job_id, attempt, progress, raise_errors=True))
         out = progress.finish
+        if self.meter and out.finish_reason in ("stop", "length"):
+            self.meter.record_job(progress.completion_tokens)
         if self.metrics:
             self.metrics.job_generated(record["created_at"], progress.first_token_at, time.time(),
                                        progress.completion_tokens)

@@ -23,6 +23,7 @@ from worker.engine.engine import LLMEngine
 from worker.engine.loop import EngineLoop
 from worker.metrics import WorkerMetrics
 from worker.lease import Leases, lease_ttl
+from worker.load_meter import LoadMeter
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class WorkerRuntime:
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
         self.leases = Leases(self.store, self.name, lease_ttl(settings))
+        self.meter = LoadMeter()
 
     @classmethod
     def build(cls, settings: Settings) -> "WorkerRuntime":
@@ -78,6 +80,8 @@ class WorkerRuntime:
             "max_batch_seen": stats.max_batch_size, "updated_at": time.time(),
             "running": self.loop.active, "metrics_port": self.settings.metrics_port,
         }
+        self.meter.observe(stats.tokens_generated, busy=self.loop.active > 0)
+        info.update(self.meter.snapshot())
         prefix = getattr(getattr(self.loop.engine, "runner", None), "prefix", None)
         if prefix is not None:
             info["prefix_cache"] = {"hit_rate": round(prefix.stats.hit_rate, 4), "blocks": len(prefix),

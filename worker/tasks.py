@@ -15,7 +15,8 @@ def job_runner() -> JobRunner:
     global _job_runner
     if _job_runner is None:
         rt = get_runtime()
-        _job_runner = JobRunner(rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics)
+        _job_runner = JobRunner(rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics,
+                                meter=rt.meter)
     return _job_runner
 
 
