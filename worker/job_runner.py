@@ -93,8 +93,11 @@ class JobRunner:
         if outcome not in ("start", "restart"):
             return {"job_id": job_id, "status": outcome}  # missing, or already ended: nothing to do
         self.leases.hold(job_id, attempt)
+        record = self.store.get(job_id)
+        if self.metrics:
+            self.metrics.job_started(record["created_at"], record["started_at"])
         try:
-            return self._generate(job_id, attempt, self.store.get(job_id))
+            return self._generate(job_id, attempt, record)
         except Superseded:
             log.warning("job %s: attempt %d was superseded; stopping it", job_id, attempt,
                         extra={"job_id": job_id})
