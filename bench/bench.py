@@ -161,7 +161,10 @@ def main() -> None:
     parser.add_argument("--skip-baseline", action="store_true")
     parser.add_argument("--peer", action="store_true",
                         help="also drive llama-cpp-python's server on the embedded GGUF (pip install 'llama-cpp-python[server]')")
-    parser.add_argument("--dtype", default="auto", help="llmq worker and baseline dtype")
+    parser.add_argument("--dtype", default="auto", help="llmq worker dtype")
+    parser.add_argument("--baseline-dtype", default="float32",
+                        help="baseline dtype: float32, what a plain model.generate server runs (and, "
+                             "measured here, the faster one for generate(); bf16 generate() crawls)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
 
@@ -171,7 +174,7 @@ def main() -> None:
     base, peer = [], []
     if not args.skip_baseline:
         model_path = resolve_model(Settings(model=args.model, allow_download=False)).path
-        base = measure("baseline", BaselineServer(str(model_path), logs, args.dtype), baseline_request, args)
+        base = measure("baseline", BaselineServer(str(model_path), logs, args.baseline_dtype), baseline_request, args)
     if args.peer:
         gguf = embedded_gguf()
         peer = measure("peer", PeerServer(str(gguf), logs, threads=os.cpu_count()), peer_request, args)
