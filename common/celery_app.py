@@ -36,7 +36,6 @@ def make_celery(settings: Settings) -> Celery:
         broker_transport_options=transport,
         result_backend_transport_options=transport,
         broker_connection_retry_on_startup=True,
-        broker_transport="common.broker:Transport",  # see there: survives a Redis outage
         broker_connection_max_retries=None,  # a worker outlives any Redis outage
         worker_cancel_long_running_tasks_on_connection_loss=False,  # jobs ride outages out
         task_default_priority=PRIORITY_LEVELS["normal"],

@@ -8,6 +8,10 @@ from worker.job_runner import JobRunner
 from worker.runtime import get_runtime
 
 app = make_celery(get_settings())
+# Workers use a Redis transport that survives a Redis outage under running jobs (see common/broker.py).
+# Only they need it; the API and Flower keep kombu's plain `redis` transport (Flower reads queue
+# lengths only from a broker URL it recognises).
+app.conf.broker_transport = "common.broker:Transport"
 _job_runner: JobRunner | None = None
 
 
