@@ -130,6 +130,9 @@ class SamplingParams(BaseModel):
 class JobRequest(SamplingParams):
     """Body of POST /v1/jobs: either chat `messages` or a raw `prompt`."""
 
+    # JSON types as /openapi.json (JSON Schema) documents them: "true" is not true, "5" is not 5
+    model_config = ConfigDict(strict=True)
+
     messages: list[Message] | None = Field(None, min_length=1)
     prompt: str | None = Field(None, min_length=1)
     model: str | None = None
@@ -140,6 +143,15 @@ class JobRequest(SamplingParams):
                                         description="seconds the job may wait in the queue")
     run_timeout: float | None = Field(None, gt=0, le=7 * 86400,
                                       description="seconds the generation may run")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral_numbers_are_integers(cls, data):
+        """JSON Schema counts 5.0 as an integer; strict pydantic would not."""
+        if not isinstance(data, dict):
+            return data
+        return {k: int(v) if k in ("max_tokens", "top_k", "seed") and isinstance(v, float)
+                and v.is_integer() else v for k, v in data.items()}
 
     @model_validator(mode="after")
     def _one_input(self) -> "JobRequest":

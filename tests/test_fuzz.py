@@ -152,7 +152,7 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 
 
 @schema.parametrize()
-@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=120, deadline=None, suppress_health_check=list(HealthCheck))
 def test_schemathesis(case):
     """Every operation: no server errors, documented status codes, conforming bodies and headers,
     schema-valid data accepted and invalid data rejected, 405 with `Allow` for other methods."""
