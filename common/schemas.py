@@ -80,6 +80,9 @@ class ResponseFormat(BaseModel):
         unknown = set(spec) - {"name", "schema", "strict", "description"}
         if unknown:
             raise ValueError(f"json_schema: unknown field(s) {sorted(unknown)}")
+        for field, types in (("name", str), ("description", str), ("strict", (bool, type(None)))):
+            if field in spec and not isinstance(spec[field], types):
+                raise ValueError(f"json_schema.{field} has the wrong type")
         try:
             jsonschema.validators.validator_for(spec["schema"]).check_schema(spec["schema"])
         except jsonschema.SchemaError as exc:
