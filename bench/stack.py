@@ -22,6 +22,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def wait_http_ok(url: str, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if requests.get(url, timeout=5).ok:
+                return
+        except requests.RequestException:
+            pass
+        time.sleep(1)
+    raise TimeoutError(f"{what} did not become ready")
+
+
 class Stack:
     """`python -m worker` + gunicorn API, sharing a fresh namespace on the given Redis."""
 
@@ -74,15 +86,7 @@ class BaselineServer:
             stdout=open(log_dir / "baseline.log", "w"), stderr=subprocess.STDOUT)]
 
     def wait_ready(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(f"{self.url}/health", timeout=5).ok:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(1)
-        raise TimeoutError("baseline server did not become ready")
+        wait_http_ok(f"{self.url}/health", timeout, "baseline server")
 
     stop = Stack.stop
 
@@ -102,14 +106,6 @@ class PeerServer:
             stdout=open(log_dir / "peer.log", "w"), stderr=subprocess.STDOUT)]
 
     def wait_ready(self, timeout: float = 180) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                if requests.get(f"{self.url}/v1/models", timeout=5).ok:
-                    return
-            except requests.RequestException:
-                pass
-            time.sleep(1)
-        raise TimeoutError("peer server did not become ready")
+        wait_http_ok(f"{self.url}/v1/models", timeout, "peer server")
 
     stop = Stack.stop

@@ -47,6 +47,14 @@ class EngineStats:
     last_batch_size: int = 0
     batch_size_histogram: dict[int, int] = field(default_factory=dict)
 
+    def record_step(self, batch_size: int, prefill: bool) -> None:
+        self.steps += 1
+        self.prefill_steps += prefill
+        self.decode_steps += not prefill
+        self.last_batch_size = batch_size
+        self.max_batch_size = max(self.max_batch_size, batch_size)
+        self.batch_size_histogram[batch_size] = self.batch_size_histogram.get(batch_size, 0) + 1
+
 
 class LLMEngine:
     def __init__(self, runner: ModelRunner, tokenizer: Decoder, max_batch_size: int = 16,
@@ -109,7 +117,7 @@ class LLMEngine:
         except Exception as exc:  # engine-level failure: fail every in-flight request
             log.exception("model step failed; failing %d requests", len(self._seqs))
             return outputs + self.fail_all(f"engine error: {exc}")
-        self._record(len(self.runner.rows), prefill=bool(batch.prefill))
+        self.stats.record_step(len(self.runner.rows), prefill=bool(batch.prefill))
         for seq, token in zip(ordered, tokens):
             outputs.append(self._advance(seq, token))
         self.runner.release([o.request_id for o in outputs if o.finished])
@@ -193,12 +201,3 @@ class LLMEngine:
             finish_reason=reason, prompt_tokens=seq.prompt_len,
             completion_tokens=len(seq.output_token_ids), batch_size=self.stats.last_batch_size,
         )
-
-    def _record(self, batch_size: int, prefill: bool) -> None:
-        stats = self.stats
-        stats.steps += 1
-        stats.prefill_steps += prefill
-        stats.decode_steps += not prefill
-        stats.last_batch_size = batch_size
-        stats.max_batch_size = max(stats.max_batch_size, batch_size)
-        stats.batch_size_histogram[batch_size] = stats.batch_size_histogram.get(batch_size, 0) + 1

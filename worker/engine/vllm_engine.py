@@ -160,10 +160,4 @@ class VLLMEngine:
 
     def _record(self, batch_size: int, prefill: bool) -> None:
         """vLLM does not report its batch; the requests that advanced this step stand for it."""
-        stats = self.stats
-        stats.steps += 1
-        stats.prefill_steps += prefill
-        stats.decode_steps += not prefill
-        stats.last_batch_size = batch_size
-        stats.max_batch_size = max(stats.max_batch_size, batch_size)
-        stats.batch_size_histogram[batch_size] = stats.batch_size_histogram.get(batch_size, 0) + 1
+        self.stats.record_step(batch_size, prefill)
