@@ -1,6 +1,6 @@
 """Optional API keys: who is calling, and which jobs they may touch.
 
-Keys are entries `id:sha256hex[:tier=high|normal|low][:rpm=N][:concurrent=N]`, given in
+Keys are entries `id:sha256hex[:tier=high|normal|low][:rpm=N][:concurrent=N][:weight=N]`, given in
 `LLMQ_API_KEYS` (comma-separated) and/or `LLMQ_API_KEYS_FILE` (one per line, `#` comments). Only
 the SHA-256 of a key is configured or stored anywhere; `python -m api.auth new <id>` makes a key
 and prints its entry. With no entries, auth is off and every caller is anonymous.
@@ -42,6 +42,7 @@ class ApiKey:
     tier: Priority = "normal"  # the highest priority this key may ask for, and its default
     rpm: int | None = None  # job submissions per minute; None: the server default
     concurrent: int | None = None  # jobs queued or running at once; None: the server default
+    weight: float = 1.0  # fair share of the queue against other keys (common/fair_queue.py)
 
 
 def hash_key(key: str) -> str:
@@ -64,10 +65,19 @@ def parse_entry(entry: str) -> ApiKey:
             fields["tier"] = value
         elif name in ("rpm", "concurrent") and value.isdigit():
             fields[name] = int(value)
+        elif name == "weight" and _positive_number(value):
+            fields[name] = float(value)
         else:
             raise KeyConfigError(f"key {key_id!r}: bad option {option!r} "
-                                 "(tier=high|normal|low, rpm=N, concurrent=N)")
+                                 "(tier=high|normal|low, rpm=N, concurrent=N, weight=N)")
     return ApiKey(key_id, digest.lower(), **fields)
+
+
+def _positive_number(value: str) -> bool:
+    try:
+        return 0 < float(value) < float("inf")
+    except ValueError:
+        return False
 
 
 def load_keys(settings: Settings) -> dict[str, ApiKey]:
@@ -133,7 +143,7 @@ def allowed_priority(requested: Priority | None) -> Priority:
 def _main(argv: list[str]) -> None:
     """`python -m api.auth new <id> [options]`: print a new key (shown once) and its entry."""
     if len(argv) < 2 or argv[0] != "new":
-        sys.exit("usage: python -m api.auth new <id> [tier=high] [rpm=60] [concurrent=4]")
+        sys.exit("usage: python -m api.auth new <id> [tier=high] [rpm=60] [concurrent=4] [weight=2]")
     key = f"llmq-{secrets.token_urlsafe(32)}"
     entry = ":".join([argv[1], hash_key(key), *argv[2:]])
     parse_entry(entry)  # validate before printing

@@ -16,7 +16,7 @@ def queue_eta(svc: Services, record: dict) -> dict:
     """`queue_position` and `estimated_start` / `estimated_finish` (epoch s) for a queued job."""
     if record.get("status") != "queued":
         return {}
-    ahead = svc.store.queue_position(record["id"])
+    ahead = svc.store.queue_position(record)
     if ahead is None:
         return {}
     eta = {"queue_position": ahead + 1}

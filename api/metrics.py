@@ -66,6 +66,8 @@ class ClusterCollector:
         cache.add_metric(["hit"], counters.get("cache_hits", 0))
         cache.add_metric(["miss"], counters.get("cache_misses", 0))
         yield cache
+        yield CounterMetricFamily("llmq_coalesced", "requests attached to an identical queued or "
+                                  "running job instead of generating again", counters.get("coalesced", 0))
         live = GaugeMetricFamily("llmq_workers_live", "workers whose heartbeat is fresh")
         live.add_metric([], len(workers))
         yield live

@@ -14,7 +14,7 @@ from api.errors import ApiError
 from api.services import Services
 from common.celery_app import TASK_GENERATE, task_options
 from common.prompting import TemplateError
-from common.schemas import PRIORITY_LEVELS, JobRequest, JobStatus
+from common.schemas import JobRequest, JobStatus
 
 
 def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
@@ -34,29 +34,32 @@ def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
         raise ApiError(422, "validation_error", f"messages: {exc}")
     sampling = _sampling_within_context(svc, req, len(prompt_ids), builder.context_length)
 
-    cacheable = req.cache and req.deterministic and svc.settings.cache_ttl_s > 0
-    cache_key = _cache_key(model.name, prompt_ids, sampling) if cacheable else None
+    # The request's digest names identical requests: for the result cache and for coalescing.
+    digest = _cache_key(model.name, prompt_ids, sampling) if req.cache and req.deterministic else None
     fields = {
         "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
         "prompt_tokens": len(prompt_ids), "queue": svc.keys.queue(model.name),
         "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
         "owner": key.id if key else None, "priority": priority,
     }
-    hit = svc.store.cache_get(cache_key) if cache_key else None
+    hit = svc.store.cache_get(digest) if digest and svc.settings.cache_ttl_s > 0 else None
     if hit is not None:
         return 200, _answer_from_cache(svc, fields, hit)
 
-    fields.update(status=JobStatus.QUEUED.value, cache_key=cache_key,
+    fields.update(status=JobStatus.QUEUED.value, cache_key=digest,
                   **_deadlines(svc, req, fields["created_at"]))
     job_id = fields["id"]
+    coalesce = digest if svc.settings.coalesce else None
     svc.store.sweep_expired()  # long-queued jobs leave the queue before we count it
     with svc.limits.concurrency_slot(key, job_id):
-        if not svc.store.create(job_id, fields, svc.settings.max_queue):
+        if coalesce and svc.store.attach(job_id, fields, coalesce):
+            return 202, svc.store.get(job_id)  # rides on an identical queued or running job
+        if not svc.store.create(job_id, fields, svc.settings.max_queue,
+                                weight=key.weight if key else 1.0, digest=coalesce):
             raise ApiError(429, "queue_full", f"{svc.settings.max_queue} jobs are already waiting; "
                                               "retry later", {"Retry-After": str(_retry_after(svc))})
-        try:
+        try:  # the message is a ticket for the model's fair queue (common/fair_queue.py)
             svc.celery.send_task(TASK_GENERATE, args=[job_id, model.name], queue=fields["queue"],
-                                 priority=PRIORITY_LEVELS[priority],
                                  **task_options(svc.settings, job_id, model.name))
         except Exception:
             svc.store.finish(job_id, JobStatus.FAILED, finish_reason="error",

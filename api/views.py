@@ -28,6 +28,7 @@ def job_view(record: dict) -> dict:
         "owner": record.get("owner"),
         "queue_deadline": record.get("queue_deadline"),
         "run_timeout_s": record.get("run_timeout_s"),
+        "coalesced_with": record.get("coalesced_into"),
         "links": {
             "self": url_for("jobs.get_job", job_id=job_id),
             "events": url_for("jobs.job_events", job_id=job_id),

@@ -17,93 +17,155 @@ from typing import Any
 
 import redis
 
+from common.coalescing import ATTACH, LUA_HELPERS
+from common.fair_queue import ENQUEUE_LUA, REMOVE_LUA, FairQueue, fair_place
 from common.keys import Keys
-from common.schemas import JobStatus
+from common.schemas import PRIORITY_LEVELS, JobStatus
 
-_CREATE = """
+# Every script below gets the coalescing and fair-queue Lua helpers; each ARGV layout is noted.
+_HELPERS = LUA_HELPERS + REMOVE_LUA + ENQUEUE_LUA
+
+# KEYS: job, queued, fair owners, fair list, fair meta, inflight.
+# ARGV: 1 queue limit, 2 now, 3 id, 4 ttl, 5 owner, 6 cost, 7 register inflight ('1'/'0'), 8.. fields
+_CREATE = _HELPERS + """
 if tonumber(ARGV[1]) > 0 and redis.call('ZCARD', KEYS[2]) >= tonumber(ARGV[1]) then return 0 end
 if redis.call('EXISTS', KEYS[1]) == 1 then return -1 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 5))
+redis.call('HSET', KEYS[1], unpack(ARGV, 8))
 redis.call('EXPIRE', KEYS[1], ARGV[4])
 redis.call('ZADD', KEYS[2], ARGV[2], ARGV[3])
+fair_enqueue(KEYS[3], KEYS[4], KEYS[5], ARGV[5], ARGV[6], ARGV[3])
+if ARGV[7] == '1' then redis.call('SET', KEYS[6], ARGV[3], 'NX', 'EX', ARGV[4]) end
 return 1
 """
 
-_START = """
+# A claim, for the job and its followers. A carrier (a primary whose client cancelled while
+# followers ride on it) is claimed like a running job but its own record is left as it is.
+# KEYS: job, queued, lease, log. ARGV: 1 id, 2 now, 3 worker, 4 max attempts, 5 lease ttl,
+# 6 job ttl, 7 log maxlen, 8 job prefix
+_START = _HELPERS + """
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return {'missing', 0} end
-if st ~= 'queued' and st ~= 'running' then
+local carrier = is_carrier(KEYS[1])
+if st ~= 'queued' and st ~= 'running' and not carrier then
   redis.call('ZREM', KEYS[2], ARGV[1])
   return {st, 0}
 end
-if st == 'running' and redis.call('EXISTS', KEYS[3]) == 1 then
+if (st == 'running' or carrier) and redis.call('EXISTS', KEYS[3]) == 1 then
   return {'duplicate', tonumber(redis.call('HGET', KEYS[1], 'attempts') or '0')}
 end
 redis.call('ZREM', KEYS[2], ARGV[1])
+if st == 'queued' then fair_remove() end  -- normally already picked; not when run directly
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 if redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then return {'cancel', attempts} end
 if attempts > tonumber(ARGV[4]) then return {'poison', attempts} end
-redis.call('HSET', KEYS[1], 'status', 'running', 'started_at', ARGV[2], 'worker', ARGV[3],
-           'text', '', 'completion_tokens', '0')
+local targets = live_followers(KEYS[1], ARGV[8])
+if not carrier then table.insert(targets, 1, ARGV[1]) end
+local restart = cjson.encode({attempt = attempts, reason = 'the previous attempt lost its worker'})
+for _, id in ipairs(targets) do
+  local key = ARGV[8] .. id
+  redis.call('HSET', key, 'status', 'running', 'started_at', ARGV[2], 'worker', ARGV[3],
+             'text', '', 'completion_tokens', '0')
+  redis.call('EXPIRE', key, ARGV[6])
+  if st ~= 'queued' then log_event(key, ARGV[7], ARGV[6], 'restart', restart) end
+end
 redis.call('SET', KEYS[3], ARGV[3], 'EX', ARGV[5])
-redis.call('EXPIRE', KEYS[1], ARGV[6])
 if st == 'queued' then return {'start', attempts} end
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[7], '*', 'event', 'restart', 'data',
-           cjson.encode({attempt = attempts, reason = 'the previous attempt lost its worker'}))
-redis.call('EXPIRE', KEYS[4], ARGV[6])
-redis.call('PUBLISH', ARGV[8], 'restart')
 return {'restart', attempts}
 """
 
-_CANCEL = """
+# KEYS: job, queued. ARGV: 1 id, 2 now, 3 ttl, 4 job prefix, 5 inflight prefix
+_CANCEL = _HELPERS + """
 local st = redis.call('HGET', KEYS[1], 'status')
 if not st then return 'missing' end
-if st == 'queued' then
+local primary = redis.call('HGET', KEYS[1], 'coalesced_into')
+local function mark_cancelled()
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finish_reason', 'cancelled',
              'finished_at', ARGV[2], 'cancel_requested', '1')
-  redis.call('ZREM', KEYS[2], ARGV[1])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+if primary and (st == 'queued' or st == 'running') then
+  detach_follower(ARGV[4], primary, ARGV[1])
+  mark_cancelled()
+  return 'cancelled'
+end
+if st == 'queued' then
+  if not promote(KEYS[1], ARGV[1], ARGV[4], KEYS[2], ARGV[5]) then fair_remove() end
+  redis.call('ZREM', KEYS[2], ARGV[1])
+  mark_cancelled()
   return 'cancelled'
 end
 if st == 'running' then
+  if #live_followers(KEYS[1], ARGV[4]) > 0 then
+    redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finish_reason', 'cancelled',
+               'finished_at', ARGV[2], 'detached', '1')
+    local digest = redis.call('HGET', KEYS[1], 'cache_key')
+    if digest and redis.call('GET', ARGV[5] .. digest) == ARGV[1] then
+      redis.call('DEL', ARGV[5] .. digest)
+    end
+    return 'cancelled'
+  end
   redis.call('HSET', KEYS[1], 'cancel_requested', '1')
   return 'cancelling'
 end
 return 'ended:' .. st
 """
 
-_FINISH = """
+# The end of a generation, written to the job (unless it is a carrier) and its live followers.
+# KEYS: job, log, queued, lease. ARGV: 1 id, 2 ttl, 3 attempt or '', 4 job prefix,
+# 5 inflight prefix, 6.. fields. Returns {outcome, '1' if the job's own log needs its done
+# event, followers that need theirs...}.
+_FINISH = _HELPERS + """
 local st = redis.call('HGET', KEYS[1], 'status')
-if st ~= 'running' and st ~= 'queued' then return st or 'missing' end
-if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[3] then return 'superseded' end
-redis.call('HSET', KEYS[1], unpack(ARGV, 4))
+local carrier = is_carrier(KEYS[1])
+if st ~= 'running' and st ~= 'queued' and not carrier then return {st or 'missing'} end
+if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[3] then return {'superseded'} end
+local result = {'ok', carrier and '0' or '1'}
+if not carrier then redis.call('HSET', KEYS[1], unpack(ARGV, 6)) end
+if st == 'queued' then fair_remove() end
 redis.call('ZREM', KEYS[3], ARGV[1])
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('EXPIRE', KEYS[2], ARGV[2])
 redis.call('DEL', KEYS[4])
-return 'ok'
+for _, f in ipairs(live_followers(KEYS[1], ARGV[4])) do
+  redis.call('HSET', ARGV[4] .. f, unpack(ARGV, 6))
+  redis.call('EXPIRE', ARGV[4] .. f, ARGV[2])
+  table.insert(result, f)
+end
+redis.call('DEL', KEYS[1] .. ':followers')
+local digest = redis.call('HGET', KEYS[1], 'cache_key')
+if digest and redis.call('GET', ARGV[5] .. digest) == ARGV[1] then redis.call('DEL', ARGV[5] .. digest) end
+return result
 """
 
 # A chunk of one attempt: written only while that attempt still owns the running job, so a worker
 # that was given up on (and replaced) can never interleave its tokens with the new attempt's.
-_APPEND_FENCED = """
-if redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[1]
-   or redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
-if #ARGV > 6 then redis.call('HSET', KEYS[1], unpack(ARGV, 7)) end
-redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[4], '*', 'event', ARGV[2], 'data', ARGV[3])
-redis.call('EXPIRE', KEYS[2], ARGV[5])
-redis.call('PUBLISH', ARGV[6], ARGV[2])
+# Written to the job (unless it is a carrier) and to each of its running followers.
+# KEYS: job. ARGV: 1 attempt, 2 event, 3 data, 4 log maxlen, 5 ttl, 6 job prefix, 7.. fields
+_APPEND_FENCED = _HELPERS + """
+if redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[1] then return 0 end
+local running = redis.call('HGET', KEYS[1], 'status') == 'running'
+if not running and not is_carrier(KEYS[1]) then return 0 end
+local targets = {}
+if running then table.insert(targets, KEYS[1]) end
+for _, f in ipairs(followers_of(KEYS[1])) do
+  if redis.call('HGET', ARGV[6] .. f, 'status') == 'running' then table.insert(targets, ARGV[6] .. f) end
+end
+for _, key in ipairs(targets) do
+  if #ARGV > 6 then redis.call('HSET', key, unpack(ARGV, 7)) end
+  log_event(key, ARGV[4], ARGV[5], ARGV[2], ARGV[3])
+end
 return 1
 """
 
-_RENEW_LEASE = """
-if redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[1]
-   or redis.call('HGET', KEYS[1], 'status') ~= 'running' then return 0 end
+_RENEW_LEASE = _HELPERS + """
+if redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[1] then return 0 end
+if redis.call('HGET', KEYS[1], 'status') ~= 'running' and not is_carrier(KEYS[1]) then return 0 end
 redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3])
 return 1
 """
 
-_EXPIRE_OVERDUE = """
+# KEYS: job, queued, deadlines. ARGV: 1 id, 2 now, 3 ttl, 4 error, 5 job prefix, 6 inflight prefix
+_EXPIRE_OVERDUE = _HELPERS + """
 local st = redis.call('HGET', KEYS[1], 'status')
 if st ~= 'queued' then
   redis.call('ZREM', KEYS[3], ARGV[1])
@@ -111,6 +173,12 @@ if st ~= 'queued' then
 end
 local deadline = tonumber(redis.call('HGET', KEYS[1], 'queue_deadline') or '')
 if not deadline or deadline > tonumber(ARGV[2]) then return 'queued' end
+local primary = redis.call('HGET', KEYS[1], 'coalesced_into')
+if primary then
+  detach_follower(ARGV[5], primary, ARGV[1])
+elseif not promote(KEYS[1], ARGV[1], ARGV[5], KEYS[2], ARGV[6]) then
+  fair_remove()
+end
 redis.call('HSET', KEYS[1], 'status', 'expired', 'finish_reason', 'timeout', 'finished_at', ARGV[2],
            'error', ARGV[4])
 redis.call('ZREM', KEYS[2], ARGV[1])
@@ -119,7 +187,7 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 'expired'
 """
 
-_INT_FIELDS = ("prompt_tokens", "completion_tokens", "attempts", "batch_size_max")
+_INT_FIELDS = ("prompt_tokens", "completion_tokens", "attempts", "batch_size_max", "priority_level")
 _FLOAT_FIELDS = ("created_at", "started_at", "finished_at", "queue_deadline", "run_timeout_s")
 _JSON_FIELDS = ("request", "error")
 
@@ -169,22 +237,50 @@ class JobStore:
         self._append_fenced = client.register_script(_APPEND_FENCED)
         self._renew_lease = client.register_script(_RENEW_LEASE)
         self._expire_overdue = client.register_script(_EXPIRE_OVERDUE)
+        self._attach = client.register_script(ATTACH)
+        self.fair = FairQueue(client, keys, job_ttl_s)
+        self.job_prefix = keys.job("")
+        self.inflight_prefix = keys.inflight("")
 
     # --- lifecycle -----------------------------------------------------------------------
-    def create(self, job_id: str, fields: dict[str, Any], queue_limit: int) -> bool:
-        """Insert a queued job unless `queue_limit` queued jobs already wait. False when full.
-        A `queue_deadline` field also indexes the job for the expiry sweep (first, so no queued
-        job is ever missing from the index; an index entry without a job is dropped by the sweep)."""
+    def create(self, job_id: str, fields: dict[str, Any], queue_limit: int, weight: float = 1.0,
+               digest: str | None = None) -> bool:
+        """Insert a queued job, in its key's fair-queue list, unless `queue_limit` queued jobs
+        already wait. False when full. The key's `weight` sets its fair share (see
+        common/fair_queue.py). With a request `digest` the job becomes the one identical
+        requests attach to (`attach`). A `queue_deadline` field also indexes the job for the
+        expiry sweep (first, so no queued job is ever missing from the index; an index entry
+        without a job is dropped by the sweep)."""
         now = fields.get("created_at", time.time())
         if fields.get("queue_deadline"):
             self.r.zadd(self.keys.deadlines, {job_id: fields["queue_deadline"]})
+        level = PRIORITY_LEVELS[fields.get("priority") or "normal"]
+        place = fair_place(self.keys, fields.get("queue") or "default", level, fields.get("owner"), weight)
+        fields = {**fields, "fair_list": place.jobs, "fair_owner": place.owner, "priority_level": level}
         result = self._create(
-            keys=[self.keys.job(job_id), self.keys.queued],
-            args=[queue_limit, now, job_id, self.job_ttl_s, *_encode(fields)],
+            keys=[self.keys.job(job_id), self.keys.queued, place.owners, place.jobs, place.meta,
+                  self.keys.inflight(digest or "")],
+            args=[queue_limit, now, job_id, self.job_ttl_s, place.owner, place.cost,
+                  "1" if digest else "0", *_encode(fields)],
         )
         if result == -1:
             raise ValueError(f"job {job_id} exists")
         return result == 1
+
+    def attach(self, job_id: str, fields: dict[str, Any], digest: str) -> str | None:
+        """Create this job as a follower of the queued or running job generating the same
+        request (see common/coalescing.py). Returns that job's id, or None: nothing to attach to."""
+        if fields.get("queue_deadline"):
+            self.r.zadd(self.keys.deadlines, {job_id: fields["queue_deadline"]})
+        primary = self._attach(
+            keys=[self.keys.inflight(digest), self.keys.job(job_id), self.keys.events(job_id)],
+            args=[job_id, self.job_ttl_s, self.job_prefix, self.events_maxlen, *_encode(fields)],
+        )
+        if primary is None:
+            self.r.zrem(self.keys.deadlines, job_id)
+            return None
+        self.count("coalesced")
+        return primary
 
     def create_finished(self, job_id: str, fields: dict[str, Any]) -> None:
         """Insert a job that is already done (a cache hit), with its whole token log."""
@@ -204,7 +300,7 @@ class JobStore:
             keys=[self.keys.job(job_id), self.keys.queued, self.keys.lease(job_id),
                   self.keys.events(job_id)],
             args=[job_id, time.time(), worker, max_attempts, lease_ttl_s, self.job_ttl_s,
-                  self.events_maxlen, self.keys.channel(job_id)],
+                  self.events_maxlen, self.job_prefix],
         )
         return outcome, int(attempts)
 
@@ -220,7 +316,7 @@ class JobStore:
                             "message": "the job waited in the queue past its deadline and was not run"})
         outcome = self._expire_overdue(
             keys=[self.keys.job(job_id), self.keys.queued, self.keys.deadlines],
-            args=[job_id, time.time(), self.job_ttl_s, error],
+            args=[job_id, time.time(), self.job_ttl_s, error, self.job_prefix, self.inflight_prefix],
         )
         if outcome == "expired":
             self.publish_done(job_id)
@@ -237,24 +333,30 @@ class JobStore:
         or 'ended:<status>' when it had already ended."""
         outcome = self._cancel(
             keys=[self.keys.job(job_id), self.keys.queued],
-            args=[job_id, time.time(), self.job_ttl_s],
+            args=[job_id, time.time(), self.job_ttl_s, self.job_prefix, self.inflight_prefix],
         )
         if outcome == "cancelled":
             self.count(f"finished:{JobStatus.CANCELLED.value}")
         return outcome
 
-    def finish(self, job_id: str, status: JobStatus, attempt: int | None = None, **fields: Any) -> bool:
-        """Write the terminal state once; False if the job had already ended, or if `attempt` is
-        given and another attempt has since taken the job over."""
+    def finish(self, job_id: str, status: JobStatus, attempt: int | None = None,
+               **fields: Any) -> list[str] | None:
+        """Write the terminal state once, to the job and to the followers riding on it. Returns
+        the jobs whose logs now need their `done` event (`publish_done`): the job itself unless
+        its client already left (a carrier), and its followers. None if the job had already
+        ended, or if `attempt` is given and another attempt has since taken the job over."""
         fields = {"status": status.value, "finished_at": time.time(), **fields}
-        result = self._finish(
+        outcome, *rest = self._finish(
             keys=[self.keys.job(job_id), self.keys.events(job_id), self.keys.queued,
                   self.keys.lease(job_id)],
-            args=[job_id, self.job_ttl_s, "" if attempt is None else attempt, *_encode(fields)],
+            args=[job_id, self.job_ttl_s, "" if attempt is None else attempt, self.job_prefix,
+                  self.inflight_prefix, *_encode(fields)],
         )
-        if result == "ok":
-            self.count(f"finished:{status.value}")
-        return result == "ok"
+        if outcome != "ok":
+            return None
+        ended = ([job_id] if rest[0] == "1" else []) + rest[1:]
+        self.count(f"finished:{status.value}", len(ended))
+        return ended
 
     # --- reads ------------------------------------------------------------------------------
     def get(self, job_id: str) -> dict[str, Any] | None:
@@ -278,9 +380,17 @@ class JobStore:
             pipe.exists(self.keys.worker_alive(info["name"]))
         return [info for info, alive in zip(infos, pipe.execute()) if alive]
 
-    def queue_position(self, job_id: str) -> int | None:
-        """Queued jobs admitted before this one (FIFO; priorities may reorder), None if not queued."""
-        return self.r.zrank(self.keys.queued, job_id)
+    def queue_position(self, record: dict[str, Any]) -> int | None:
+        """Queued jobs that will start before this one, in the fair queue's order (a coalesced
+        job waits where its primary does); None if it is not queued."""
+        primary = record.get("coalesced_into")
+        if primary:
+            record = self.get(primary) or {}
+        return self.fair.position(record) if record.get("status") == "queued" else None
+
+    def pick(self, queue: str, ticket: str) -> tuple[str, str] | None:
+        """The job a Celery message (`ticket`, its task id) runs: see FairQueue.pick."""
+        return self.fair.pick(queue, ticket)
 
     def queue_depth(self) -> int:
         return self.r.zcard(self.keys.queued)
@@ -303,9 +413,9 @@ class JobStore:
         """Add a `chunk` of attempt `attempt` (and update the record) atomically, only if that
         attempt still owns the running job. False: it was superseded or the job ended."""
         return self._append_fenced(
-            keys=[self.keys.job(job_id), self.keys.events(job_id)],
+            keys=[self.keys.job(job_id)],
             args=[attempt, "chunk", json.dumps(data), self.events_maxlen, self.job_ttl_s,
-                  self.keys.channel(job_id), *_encode(record)],
+                  self.job_prefix, *_encode(record)],
         ) == 1
 
     def publish_done(self, job_id: str) -> None:

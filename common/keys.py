@@ -95,3 +95,32 @@ class Keys:
     def broker_unacked_index(self) -> str:
         """kombu's sorted set of delivered, unacked messages (delivery tag -> delivery time)."""
         return f"{self.broker_prefix}unacked_index"
+
+    # --- issue 7: fair share between keys, coalescing ---------------------------------------
+    def fair_prefix(self, queue: str) -> str:
+        """Prefix of a model queue's fair-queue keys (see common/fair_queue.py)."""
+        return f"{self.ns}:fair:{queue}:"
+
+    def fair_owners(self, queue: str, level: int) -> str:
+        """Sorted set: keys with queued jobs at a priority level -> their virtual start tag."""
+        return f"{self.fair_prefix(queue)}{level}:owners"
+
+    def fair_jobs(self, queue: str, level: int, owner: str) -> str:
+        """List: one key's queued job ids at a priority level, oldest first."""
+        return f"{self.fair_prefix(queue)}{level}:jobs:{owner}"
+
+    def fair_meta(self, queue: str, level: int) -> str:
+        """Hash: the level's virtual clock, and each key's cost per job and last finish tag."""
+        return f"{self.fair_prefix(queue)}{level}:meta"
+
+    def ticket(self, task_id: str) -> str:
+        """Which job a Celery message (a ticket) took, so its redelivery resumes that job."""
+        return f"{self.ns}:ticket:{task_id}"
+
+    def inflight(self, digest: str) -> str:
+        """The queued or running job generating the answer to a request digest (coalescing)."""
+        return f"{self.ns}:inflight:{digest}"
+
+    def followers(self, job_id: str) -> str:
+        """Set of the jobs attached to this job's generation (identical requests, coalesced)."""
+        return f"{self.ns}:job:{job_id}:followers"

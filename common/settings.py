@@ -87,6 +87,10 @@ class Settings(BaseSettings):
     rate_limit_rpm: int = Field(0, ge=0, description="job submissions per key per minute; 0: no limit")
     rate_limit_concurrent: int = Field(0, ge=0, description="queued+running jobs per key; 0: no limit")
 
+    # Issue 7: coalescing
+    coalesce: bool = Field(True, description="an identical deterministic request (same model, prompt "
+                           "and sampling, cache allowed) attaches to a queued or running one")
+
     # OpenAI-compatible API (issue 3)
     cancel_on_disconnect: bool = Field(
         True, description="a client leaving an OpenAI streaming request cancels its job")

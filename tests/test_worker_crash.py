@@ -132,12 +132,15 @@ def test_a_live_workers_job_is_not_redelivered_however_long_it_holds_it(stack, m
         stack.start()
     store, job_id = stack.store, uuid.uuid4().hex
     sampling = {"max_tokens": 8, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": None, "stop": []}
-    store.create(job_id, {"id": job_id, "status": "queued", "model": model_ref.name,
+    queue = store.keys.queue(model_ref.name)
+    store.create(job_id, {"id": job_id, "status": "queued", "model": model_ref.name, "queue": queue,
                           "created_at": time.time(), "prompt_tokens": 3,
                           "request": {"prompt_token_ids": [1, 2, 3], "sampling": sampling}}, 0)
+    # "elsewhere" took the job with this message (ticket) and holds it; the message comes back
+    assert store.pick(queue, job_id) == (job_id, "picked")
     assert store.start(job_id, "elsewhere", max_attempts=3, lease_ttl_s=2) == ("start", 1)
     make_celery(stack.settings).send_task(TASK_GENERATE, args=[job_id, model_ref.name], task_id=job_id,
-                                          queue=store.keys.queue(model_ref.name))
+                                          queue=queue)
     ages, watch_until = [], time.monotonic() + 3 * VISIBILITY_S
     while time.monotonic() < watch_until:
         assert store.renew_lease(job_id, 1, "elsewhere", 2)

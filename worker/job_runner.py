@@ -21,6 +21,7 @@ from typing import TypeVar
 import redis
 
 from common.jobs import JobStore
+from common.logs import job_context
 from common.schemas import JobStatus
 from common.settings import Settings
 from worker.engine.loop import EngineLoop, RequestStream
@@ -77,6 +78,17 @@ class JobRunner:
         self.settings = settings
         self.lease_ttl_s = lease_ttl(settings)
         self.leases = leases or Leases(store, worker_name, self.lease_ttl_s)
+
+    def run_ticket(self, ticket: str, queue: str) -> dict:
+        """Run the job a Celery message is a ticket for: the fairest queued job of `queue` when
+        a slot is free (common/fair_queue.py), or, for a redelivered message, the job it took
+        before. A ticket that finds nothing queued has nothing to do."""
+        picked = self._retrying(lambda: self.store.pick(queue, ticket))
+        if picked is None:
+            return {"job_id": None, "status": "idle"}
+        job_id, _ = picked
+        with job_context(job_id):
+            return self.run(job_id)
 
     def run(self, job_id: str) -> dict:
         if self._retrying(lambda: self.store.expire_if_overdue(job_id)):
@@ -216,9 +228,12 @@ class JobRunner:
 
     def _end(self, job_id: str, attempt: int | None, status: JobStatus, **fields) -> dict:
         """Terminal record first, then the `done` event, so a client that sees `done` and reads
-        the job gets the final state. Fenced by `attempt` (None: whatever attempt holds it)."""
-        if self._retrying(lambda: self.store.finish(job_id, status, attempt=attempt, **fields)):
-            self._retrying(lambda: self.store.publish_done(job_id))
+        the job gets the final state; coalesced followers end with it. Fenced by `attempt` (None:
+        whatever attempt holds it)."""
+        ended = self._retrying(lambda: self.store.finish(job_id, status, attempt=attempt, **fields))
+        if ended is not None:
+            for ended_id in ended:
+                self._retrying(lambda: self.store.publish_done(ended_id))
             if self.metrics:
                 self.metrics.job_finished(status.value)
             log.info("job %s %s (%s)", job_id, status.value, fields.get("finish_reason"),

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 from common.celery_app import TASK_GENERATE, make_celery
-from common.logs import job_context
 from common.settings import get_settings
 from worker.job_runner import JobRunner
 from worker.runtime import get_runtime
@@ -24,11 +23,15 @@ def job_runner() -> JobRunner:
     return _job_runner
 
 
-@app.task(name=TASK_GENERATE, acks_late=True, reject_on_worker_lost=True, ignore_result=False)
-def generate(job_id: str, model: str) -> dict:
-    """Generate the job's completion. Arguments carry no prompt text: the job record holds it.
-    The result (shown by Flower) carries no job id either: the task id and args already do,
-    unless `private_task_events` hides them."""
-    with job_context(job_id):
-        result = job_runner().run(job_id)
-    return {"status": result["status"], "finish_reason": result.get("finish_reason")}
+@app.task(name=TASK_GENERATE, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=False)
+def generate(self, job_id: str, model: str) -> dict:
+    """A ticket for the model's fair queue: run the fairest queued job now that a slot is free
+    (`job_id` is the job admitted with this message; another key's job may be fairer). The
+    arguments carry no prompt text: the job record holds it. The result (shown by Flower) names
+    the job that ran, unless `private_task_events` keeps job ids out of Celery events."""
+    rt = get_runtime()
+    result = job_runner().run_ticket(self.request.id, rt.queue)
+    shown = {"status": result["status"], "finish_reason": result.get("finish_reason")}
+    if not rt.settings.private_task_events:
+        shown["job_id"] = result.get("job_id")
+    return shown

@@ -1,0 +1,178 @@
+"""Fair share between API keys: per-key FIFO lists, drained by start-time fair queuing (SFQ).
+
+Why not Celery's queue order: its Redis queue is one FIFO per priority, so a key that submits 100
+jobs holds every slot until they are done and a second key's single job waits behind all of them.
+Here a Celery message is a *ticket* ("run the next job of this model's queue"), not a job: the
+worker, when a slot is free, asks Redis which job is next (`PICK`, one Lua script):
+
+- strictly by priority level first (high, normal, low);
+- within a level, the key ("owner") whose *virtual start tag* is lowest; after each pick the
+  owner's tag grows by its cost (1 / weight), and a key that becomes active joins at the current
+  virtual clock (the tag of the last pick), never below its own last finish tag, so it cannot bank
+  credit while idle. A key with weight 2 gets two jobs for every one of a weight-1 key;
+- within a key, first come, first served.
+
+Every job gets exactly one ticket and a pick consumes one, so there are always at least as many
+tickets in the Celery queue as jobs in the fair queue; a ticket that finds the queue empty (its job
+was cancelled, expired or picked by another ticket) does nothing. The pick records which job the
+ticket (Celery task id) took, so a redelivered ticket, after its worker died, resumes *that* job.
+
+Anonymous jobs (auth off) share one owner, so without keys the order is plain FIFO per priority.
+Keys are per model queue (`<ns>:fair:<queue>:<level>:...`); the Lua builds them from a prefix, so
+this needs a single Redis instance (not Redis Cluster), like the rest of llmq.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import redis
+
+from common.keys import Keys
+from common.schemas import PRIORITY_LEVELS
+
+ANONYMOUS = "~anon"  # '~' is not allowed in key ids, so no key can collide with it
+LEVELS = sorted(set(PRIORITY_LEVELS.values()))
+
+# Lua, run inside job creation (jobs._CREATE): KEYS[3] owners zset, KEYS[4] the owner's list,
+# KEYS[5] the level's meta hash; ARGV[FAIR_OWNER] owner, ARGV[FAIR_OWNER + 1] cost.
+ENQUEUE_LUA = """
+local function fair_enqueue(owners, list, meta, owner, cost, job_id)
+  redis.call('RPUSH', list, job_id)
+  redis.call('HSET', meta, 'cost:' .. owner, cost)
+  if not redis.call('ZSCORE', owners, owner) then
+    local clock = tonumber(redis.call('HGET', meta, 'clock') or '0')
+    local finish = tonumber(redis.call('HGET', meta, 'finish:' .. owner) or '0')
+    redis.call('ZADD', owners, math.max(clock, finish), owner)
+  end
+end
+"""
+
+# Lua: take a job out of its fair list wherever it is (cancel, expiry, a failed enqueue).
+# KEYS[1] is the job hash, ARGV[1] the job id.
+REMOVE_LUA = """
+local function fair_remove()
+  local list = redis.call('HGET', KEYS[1], 'fair_list')
+  if list then redis.call('LREM', list, 0, ARGV[1]) end
+end
+"""
+
+_PICK = """
+local mapped = redis.call('GET', KEYS[1])
+if mapped then return {mapped, 'resumed'} end
+local prefix, job_prefix = ARGV[1], ARGV[2]
+for i = 4, #ARGV do
+  local owners = prefix .. ARGV[i] .. ':owners'
+  local meta = prefix .. ARGV[i] .. ':meta'
+  while true do
+    local head = redis.call('ZRANGE', owners, 0, 0, 'WITHSCORES')
+    if #head == 0 then break end
+    local owner, tag = head[1], tonumber(head[2])
+    local list = prefix .. ARGV[i] .. ':jobs:' .. owner
+    local job_id = redis.call('LPOP', list)
+    local cost = tonumber(redis.call('HGET', meta, 'cost:' .. owner) or '1')
+    if not job_id then
+      redis.call('ZREM', owners, owner)
+    else
+      if redis.call('LLEN', list) == 0 then
+        redis.call('ZREM', owners, owner)
+        redis.call('HSET', meta, 'finish:' .. owner, tag + cost)
+      else
+        redis.call('ZADD', owners, tag + cost, owner)
+      end
+      redis.call('HSET', meta, 'clock', tag)
+      if redis.call('HGET', job_prefix .. job_id, 'status') == 'queued' then
+        redis.call('ZREM', KEYS[2], job_id)
+        redis.call('SET', KEYS[1], job_id, 'EX', ARGV[3])
+        return {job_id, 'picked'}
+      end
+    end
+  end
+end
+return false
+"""
+
+
+@dataclass(frozen=True)
+class FairPlace:
+    """Where a new job goes: which lists, under which owner, at what cost per job."""
+
+    owners: str
+    jobs: str
+    meta: str
+    owner: str
+    cost: float
+
+
+def fair_place(keys: Keys, queue: str, level: int, owner: str | None, weight: float = 1.0) -> FairPlace:
+    owner = owner or ANONYMOUS
+    return FairPlace(keys.fair_owners(queue, level), keys.fair_jobs(queue, level, owner),
+                     keys.fair_meta(queue, level), owner, 1.0 / weight)
+
+
+class FairQueue:
+    """Reads and picks of the per-model fair queues (enqueue happens inside job creation)."""
+
+    def __init__(self, client: redis.Redis, keys: Keys, job_ttl_s: int):
+        self.r = client
+        self.keys = keys
+        self.job_ttl_s = job_ttl_s
+        self._pick = client.register_script(_PICK)
+
+    def pick(self, queue: str, ticket: str) -> tuple[str, str] | None:
+        """The job this ticket runs: (job id, 'picked') for the fairest queued job, (job id,
+        'resumed') when this ticket already took one (a redelivery), None when nothing waits."""
+        result = self._pick(keys=[self.keys.ticket(ticket), self.keys.queued],
+                            args=[self.keys.fair_prefix(queue), self.keys.job(""), self.job_ttl_s, *LEVELS])
+        return (result[0], result[1]) if result else None
+
+    def position(self, record: dict) -> int | None:
+        """Jobs that will be picked before this queued one if nothing else arrives: every job
+        of a higher priority level, then, in its level, the jobs of each key whose start tags
+        come first, then those ahead of it in its own key's list. None if it is not queued."""
+        queue, level, job_id = record.get("queue"), record.get("priority_level"), record["id"]
+        jobs_list = record.get("fair_list")
+        if queue is None or level is None or jobs_list is None:
+            return None
+        level = int(level)
+        index = self.r.lpos(jobs_list, job_id)
+        if index is None:
+            return None
+        ahead = index
+        for other_level in LEVELS:
+            if other_level > level:
+                break
+            owners = self.r.zrange(self.keys.fair_owners(queue, other_level), 0, -1, withscores=True)
+            lengths = self._lengths(queue, other_level, [o for o, _ in owners])
+            if other_level < level:
+                ahead += sum(lengths)
+                continue
+            meta = self.r.hgetall(self.keys.fair_meta(queue, level))
+            tags = dict(owners)
+            mine = record.get("fair_owner") or ANONYMOUS
+            if mine not in tags:
+                return ahead
+            cost_of = lambda o: float(meta.get(f"cost:{o}", 1.0))
+            my_tag = tags[mine] + index * cost_of(mine)
+            for owner, n in zip(tags, lengths):
+                if owner != mine:
+                    ahead += _served_before(my_tag, mine, tags[owner], cost_of(owner), owner, n)
+        return ahead
+
+    def _lengths(self, queue: str, level: int, owners: list[str]) -> list[int]:
+        pipe = self.r.pipeline(transaction=False)
+        for owner in owners:
+            pipe.llen(self.keys.fair_jobs(queue, level, owner))
+        return pipe.execute()
+
+
+def _served_before(my_tag: float, me: str, tag: float, cost: float, owner: str, n: int) -> int:
+    """How many of another key's `n` jobs (start tags tag, tag + cost, ...) are picked before a
+    job with start tag `my_tag`; ties go to the owner that sorts first (Redis ZRANGE order)."""
+    if n == 0 or tag > my_tag:
+        return 0
+    steps = (my_tag - tag) / cost
+    count = math.floor(steps + 1e-9) + 1  # tags <= my_tag
+    if abs(steps - round(steps)) < 1e-9 and owner > me:
+        count -= 1  # a tie at my tag: the other owner sorts after me
+    return min(n, count)

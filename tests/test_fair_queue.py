@@ -1,0 +1,104 @@
+"""Fair share between API keys in the real Redis: the pick order of common/fair_queue.py, and the
+queue positions the API reports from it (no worker: picks are what a worker's ticket does)."""
+import random
+import time
+import uuid
+
+import pytest
+import redis
+
+from common.jobs import JobStore
+from common.keys import Keys
+from tests.conftest import cleanup_namespace, make_settings
+
+QUEUE = "q"
+
+
+@pytest.fixture
+def store():
+    settings = make_settings()
+    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    yield JobStore(client, Keys(settings.namespace), settings.job_ttl_s, settings.events_maxlen)
+    cleanup_namespace(settings)
+
+
+def queue_job(store, owner, priority="normal", weight=1.0):
+    job_id = uuid.uuid4().hex
+    store.create(job_id, {"id": job_id, "status": "queued", "model": "m", "queue": QUEUE,
+                          "created_at": time.time(), "owner": owner, "priority": priority,
+                          "request": {"prompt_token_ids": [1], "sampling": {}}}, queue_limit=0,
+                 weight=weight)
+    return job_id
+
+
+def pick(store):
+    picked = store.pick(QUEUE, uuid.uuid4().hex)
+    return picked[0] if picked else None
+
+
+def position(store, job_id):
+    return store.queue_position(store.get(job_id))
+
+
+def test_a_key_that_floods_the_queue_does_not_starve_another(store):
+    flood = [queue_job(store, "flooder") for _ in range(100)]
+    assert [pick(store) for _ in range(10)] == flood[:10]
+    single = queue_job(store, "zed")  # sorts after "flooder", so it wins no tie by name
+    assert position(store, single) == 0  # nothing is ahead of it: it is next
+    assert pick(store) == single
+    assert [pick(store) for _ in range(90)] == flood[10:]
+    assert pick(store) is None
+
+
+def test_keys_share_the_queue_by_weight(store):
+    heavy = {queue_job(store, "heavy", weight=2) for _ in range(30)}
+    light = {queue_job(store, "light") for _ in range(30)}
+    first = [pick(store) for _ in range(30)]
+    assert 19 <= len(heavy.intersection(first)) <= 21
+    assert 9 <= len(light.intersection(first)) <= 11
+
+
+def test_a_key_cannot_bank_credit_while_idle(store):
+    """A key that was away joins at the current virtual time, not at its old low tag."""
+    busy = [queue_job(store, "busy") for _ in range(20)]
+    away = queue_job(store, "away")
+    assert {pick(store), pick(store)} == {busy[0], away}
+    for _ in range(10):
+        pick(store)
+    returning = [queue_job(store, "away") for _ in range(5)]
+    order = [pick(store) for _ in range(5)]
+    assert sum(job in returning for job in order) == 3  # alternates with busy, no burst of 5
+
+
+def test_higher_priority_levels_go_first_then_fair_within_a_level(store):
+    low = [queue_job(store, "a", "low") for _ in range(3)]
+    normal = [queue_job(store, "a") for _ in range(3)] + [queue_job(store, "b")]
+    high = queue_job(store, "b", "high")
+    order = [pick(store) for _ in range(8)]
+    assert order[0] == high
+    assert set(order[1:5]) == set(normal) and order[1:5].index(normal[-1]) <= 1
+    assert order[5:] == low
+
+
+def test_reported_positions_are_the_pick_order(store):
+    rng = random.Random(7)
+    for _ in range(60):
+        queue_job(store, rng.choice(["a", "b", "c", "d"]), rng.choice(["high", "normal", "normal", "low"]),
+                  weight=rng.choice([1, 1, 2, 3]))
+    for _ in range(7):
+        pick(store)
+    queued = store.r.zrange(store.keys.queued, 0, -1)
+    predicted = sorted(queued, key=lambda job: position(store, job))
+    assert sorted(position(store, job) for job in queued) == list(range(len(queued)))
+    assert [pick(store) for _ in queued] == predicted
+
+
+def test_cancelled_jobs_leave_and_tickets_resume_what_they_took(store):
+    first, second, third = (queue_job(store, "a") for _ in range(3))
+    assert store.request_cancel(second) == "cancelled"
+    assert position(store, third) == 1
+    ticket = uuid.uuid4().hex
+    assert store.pick(QUEUE, ticket) == (first, "picked")
+    assert store.pick(QUEUE, ticket) == (first, "resumed")  # a redelivered message: same job
+    assert pick(store) == third
+    assert pick(store) is None  # the cancelled job's ticket finds nothing to do
