@@ -74,8 +74,8 @@ _JOB = {
         "owner": _nullable({"type": "string"}),
         "queue_deadline": _nullable({"type": "number"}),
         "run_timeout_s": _nullable({"type": "number"}),
-        "coalesced_with": _nullable({"type": "string", "description": "the job whose generation this "
-                                     "identical request shares (coalescing); null if it has its own"}),
+        "coalesced": {"type": "boolean", "description": "this identical request shares another job's "
+                      "generation (coalescing)"},
         "queue_position": {"type": "integer", "description": "while queued: 1 = next to start, in the "
                            "fair-share order (priority, then keys by fair share, then arrival)"},
         "estimated_start": {"type": "number", "description": "while queued: epoch seconds"},

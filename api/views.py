@@ -28,7 +28,9 @@ def job_view(record: dict) -> dict:
         "owner": record.get("owner"),
         "queue_deadline": record.get("queue_deadline"),
         "run_timeout_s": record.get("run_timeout_s"),
-        "coalesced_with": record.get("coalesced_into"),
+        # whether it rides on an identical job's generation; that job's id is not shown, since
+        # with auth off a job id is enough to cancel a job
+        "coalesced": bool(record.get("coalesced_into")),
         "links": {
             "self": url_for("jobs.get_job", job_id=job_id),
             "events": url_for("jobs.job_events", job_id=job_id),

@@ -22,6 +22,7 @@ from common.models import resolve_model
 from common.prompting import PromptBuilder
 from common.settings import Settings
 
+HEARTBEAT_S = 1.0
 POLICY = ("Section {n}: customers may return unused items within thirty days of delivery; refunds are "
           "issued to the original payment method within five business days after the warehouse "
           "confirms the return; fragile goods need photos of the damage and the packaging. ")
@@ -61,9 +62,11 @@ def run(stack: Stack, jobs: list[list[dict]], clients: int, max_tokens: int) -> 
     one(jobs[0])  # warm-up (also seeds the prefix cache once, as any running server would have)
     with ThreadPoolExecutor(clients) as pool:
         samples = list(pool.map(one, jobs))
+    time.sleep(HEARTBEAT_S * 2)  # the stats come with the worker's heartbeat: wait for a fresh one
     health = requests.get(f"{stack.url}/health", timeout=10).json()
     stack.stop()
-    return samples, health["workers_detail"][0].get("prefix_cache", {})
+    (worker,) = health["workers_detail"]  # one worker, so its stats are the run's
+    return samples, worker.get("prefix_cache", {})
 
 
 def pct(values, q):
@@ -84,7 +87,8 @@ def main() -> None:
     jobs = workload(PromptBuilder(model.path, 4096), args.requests)
     results = {}
     for label, mb in (("off", "0"), ("on", "256")):
-        stack = Stack(args.redis_url, args.model, args.out / "logs", {"LLMQ_PREFIX_CACHE_MB": mb})
+        stack = Stack(args.redis_url, args.model, args.out / "logs",
+                      {"LLMQ_PREFIX_CACHE_MB": mb, "LLMQ_HEARTBEAT_S": str(HEARTBEAT_S)})
         samples, prefix = run(stack, jobs, args.clients, args.max_tokens)
         ttft = [s.ttft for s in samples if s.ok]
         results[label] = {"ok": len(ttft), "failed": len(samples) - len(ttft),
@@ -92,6 +96,11 @@ def main() -> None:
                           "prefix_cache": prefix}
         print(label, json.dumps(results[label]), flush=True)
     off, on = results["off"], results["on"]
+    # cross-check: the worker looked up every prompt token of the run (warm-up included) once
+    builder = PromptBuilder(model.path, 4096)
+    sent = sum(len(builder.build(messages, None)[1]) for messages in [jobs[0], *jobs])
+    print(f"prompt tokens sent {sent}, looked up by the prefix cache "
+          f"{on['prefix_cache'].get('queried_tokens')}, of which hits {on['prefix_cache'].get('hit_tokens')}")
     print(f"\nprefix cache hit rate {on['prefix_cache'].get('hit_rate', 0):.1%} of prompt tokens; "
           f"TTFT p50 {off['ttft_p50']:.3f}s -> {on['ttft_p50']:.3f}s "
           f"({off['ttft_p50'] / on['ttft_p50']:.2f}x), p95 {off['ttft_p95']:.3f}s -> {on['ttft_p95']:.3f}s "

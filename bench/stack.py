@@ -92,7 +92,12 @@ class BaselineServer:
 
 
 class PeerServer:
-    """llama-cpp-python's OpenAI-compatible server on the embedded model's GGUF file (the peer)."""
+    """llama-cpp-python's OpenAI-compatible server on the embedded model's GGUF file (the peer).
+
+    It runs one request at a time. By default (`interrupt_requests`) a new request *interrupts*
+    the stream in progress, which left earlier clients with empty answers under concurrency; we
+    turn that off so it queues requests instead, as a fair peer should.
+    """
 
     def __init__(self, gguf_path: str, log_dir: Path, threads: int):
         self.port = free_port()
@@ -101,7 +106,7 @@ class PeerServer:
         self.procs = [subprocess.Popen(
             [sys.executable, "-m", "llama_cpp.server", "--model", gguf_path, "--host", "127.0.0.1",
              "--port", str(self.port), "--n_ctx", "4096", "--n_threads", str(threads),
-             "--chat_format", "chatml"],
+             "--chat_format", "chatml", "--interrupt_requests", "False"],
             cwd=ROOT, env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=open(log_dir / "peer.log", "w"), stderr=subprocess.STDOUT)]
 

@@ -20,8 +20,9 @@ def make_celery(settings: Settings) -> Celery:
     messages they hold every heartbeat (`worker.lease`), so the timeout is the crash-detection
     delay, not a bound on job length; each worker sweeps for lost messages every
     `broker_restore_interval_s`. Prefetch 1 per thread: a worker reserves only as many jobs as its
-    engine can batch, leaving the rest on the queue for other workers. Message priorities (0 =
-    first, see `schemas.PRIORITY_LEVELS`) are kept as one Redis list per level, polled high first.
+    engine can batch, leaving the rest on the queue for other workers. A message is a ticket
+    for the model's fair queue (`common/fair_queue.py`), which decides which job runs, priorities
+    included; the priority lists stay configured so older clients' messages are still read.
     """
     transport = {
         "visibility_timeout": settings.visibility_timeout_s,
