@@ -41,6 +41,7 @@ def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
         "prompt_tokens": len(prompt_ids), "queue": svc.keys.queue(model.name),
         "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
         "owner": key.id if key else None, "priority": priority,
+        "max_tokens": sampling["max_tokens"],  # read on its own by the ETAs (common/eta.py)
     }
     hit = svc.store.cache_get(digest) if digest and svc.settings.cache_ttl_s > 0 else None
     if hit is not None:

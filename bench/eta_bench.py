@@ -96,7 +96,9 @@ def main() -> None:
     finish_err = [r["est_finish"] - r["finish"] for r in rows]
     start_wait = [r["start"] - r["created"] for r in rows]
     finish_wait = [r["finish"] - r["created"] for r in rows]
+    # a job a free slot took before its 202 was written is no longer queued: it has no ETA
     result = {"burst": args.burst, "max_tokens": args.max_tokens, "with_eta": len(rows),
+              "taken_before_202": sum("queue_position" not in job for job in burst),
               "ended": len(ended), "start": error_stats(start_err, start_wait),
               "finish": error_stats(finish_err, finish_wait),
               "real_start_wait_max_s": round(max(start_wait), 1),

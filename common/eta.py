@@ -1,15 +1,21 @@
 """Queue position -> estimated start and finish, from what the workers really measure.
 
-Each worker reports, in its heartbeat, its batch capacity, how many jobs it runs now, its decayed
-generation rate while busy (tokens/s over the whole batch) and the decayed mean length of the jobs
-it finished. The cluster then drains jobs at about  sum(rate) / mean_job_tokens  per second once
-every slot is busy, and a job with `ahead` jobs queued before it starts when the first
-`ahead - free_slots + 1` of them have been drained. Not a promise: a decayed, honest guess that
-tightens as the workers measure more.
+Each worker reports, in its heartbeat, its batch capacity, its decayed generation rate while busy
+(tokens/s over the whole batch), the decayed rate of one sequence (decode steps/s: each step
+gives every running sequence one token) and the decayed mean length of the jobs it finished.
+The jobs each worker holds right now, and how far along they are, come from Redis at once (see
+`FairQueue.held`), not from the heartbeat.
+
+The estimate replays the queue on the slots: every slot frees when its job's expected tokens are
+done (a free slot: now); each job ahead takes the slot that frees first and holds it for a mean
+job. Jobs of one burst start and finish together, so starts come in steps of a batch, which a
+plain "jobs per second" rate would smear. Not a promise: an honest guess that tightens as the
+workers measure more.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import heapq
+from dataclasses import dataclass, field
 
 PICKUP_S = 0.05  # broker hop + claim, when a slot is free
 DEFAULT_TOKENS_PER_S = 10.0  # before a worker has measured anything
@@ -22,12 +28,29 @@ class WorkerLoad:
     running: int
     tokens_per_s: float  # whole-batch generation rate while busy, decayed
     mean_job_tokens: float  # decayed mean completion length of finished jobs
+    sequence_tokens_per_s: float | None = None  # one sequence's rate while busy, decayed
+    remaining_tokens: tuple[float, ...] = field(default=())  # expected tokens left, jobs it holds
 
     @classmethod
     def from_heartbeat(cls, info: dict) -> "WorkerLoad":
+        mean = float(info.get("mean_job_tokens") or DEFAULT_JOB_TOKENS)
+        remaining = tuple(_expected_left(job, mean) for job in info.get("held_jobs", ()))
         return cls(capacity=int(info.get("max_batch_size", 1)), running=int(info.get("running", 0)),
                    tokens_per_s=float(info.get("tokens_per_s") or DEFAULT_TOKENS_PER_S),
-                   mean_job_tokens=float(info.get("mean_job_tokens") or DEFAULT_JOB_TOKENS))
+                   mean_job_tokens=mean, remaining_tokens=remaining,
+                   sequence_tokens_per_s=info.get("sequence_tokens_per_s"))
+
+    @property
+    def per_sequence(self) -> float:
+        """Tokens/s one job gets: measured, else an even share of the whole batch's rate."""
+        return max(self.sequence_tokens_per_s or self.tokens_per_s / max(self.capacity, 1), 1e-6)
+
+
+def _expected_left(job: dict, mean: float) -> float:
+    """Tokens a held job will still generate: up to the mean length, within its max_tokens."""
+    done = job.get("completion_tokens", 0)
+    expected = min(job.get("max_tokens") or mean, max(mean, done + 1))
+    return max(expected - done, 1.0)
 
 
 @dataclass(frozen=True)
@@ -45,12 +68,21 @@ def estimate(ahead: int, max_tokens: int, workers: list[WorkerLoad]) -> Estimate
     """ETA for a job with `ahead` queued jobs before it; None when no worker is alive."""
     if not workers:
         return None
-    free = sum(max(w.capacity - w.running, 0) for w in workers)
-    wait = PICKUP_S if ahead < free else (ahead - free + 1) / drain_rate(workers)
-    capacity = sum(w.capacity for w in workers)
-    per_sequence = sum(w.tokens_per_s for w in workers) / max(capacity, 1)  # each slot's share
-    expected_tokens = min(max_tokens, max(w.mean_job_tokens for w in workers))
-    return Estimate(start_in_s=wait, finish_in_s=wait + expected_tokens / max(per_sequence, 1e-6))
+    slots: list[tuple[float, int]] = []  # (frees in s, worker index)
+    for index, w in enumerate(workers):
+        known = list(w.remaining_tokens)[:w.capacity]
+        unknown = max(min(w.running, w.capacity) - len(known), 0)  # held, progress unknown: half done
+        busy = [left / w.per_sequence for left in known] + [w.mean_job_tokens / 2 / w.per_sequence] * unknown
+        slots += [(t, index) for t in busy + [0.0] * (w.capacity - len(busy))]
+    heapq.heapify(slots)
+    for _ in range(ahead):
+        t, index = heapq.heappop(slots)
+        w = workers[index]
+        heapq.heappush(slots, (t + w.mean_job_tokens / w.per_sequence, index))
+    start, index = slots[0]
+    w = workers[index]
+    start = max(start, PICKUP_S)
+    return Estimate(start_in_s=start, finish_in_s=start + min(max_tokens, w.mean_job_tokens) / w.per_sequence)
 
 
 def retry_after(excess: int, workers: list[WorkerLoad], floor_s: int = 1, ceiling_s: int = 600) -> int:

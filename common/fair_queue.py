@@ -59,9 +59,12 @@ end
 
 _PICK = """
 local mapped = redis.call('GET', KEYS[1])
-if mapped then return {mapped, 'resumed'} end
+if mapped then
+  redis.call('HSET', KEYS[3], mapped, ARGV[4])
+  return {mapped, 'resumed'}
+end
 local prefix, job_prefix = ARGV[1], ARGV[2]
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local owners = prefix .. ARGV[i] .. ':owners'
   local meta = prefix .. ARGV[i] .. ':meta'
   while true do
@@ -84,6 +87,7 @@ for i = 4, #ARGV do
       if redis.call('HGET', job_prefix .. job_id, 'status') == 'queued' then
         redis.call('ZREM', KEYS[2], job_id)
         redis.call('SET', KEYS[1], job_id, 'EX', ARGV[3])
+        redis.call('HSET', KEYS[3], job_id, ARGV[4])
         return {job_id, 'picked'}
       end
     end
@@ -119,12 +123,39 @@ class FairQueue:
         self.job_ttl_s = job_ttl_s
         self._pick = client.register_script(_PICK)
 
-    def pick(self, queue: str, ticket: str) -> tuple[str, str] | None:
+    def pick(self, queue: str, ticket: str, worker: str = "") -> tuple[str, str] | None:
         """The job this ticket runs: (job id, 'picked') for the fairest queued job, (job id,
-        'resumed') when this ticket already took one (a redelivery), None when nothing waits."""
-        result = self._pick(keys=[self.keys.ticket(ticket), self.keys.queued],
-                            args=[self.keys.fair_prefix(queue), self.keys.job(""), self.job_ttl_s, *LEVELS])
+        'resumed') when this ticket already took one (a redelivery), None when nothing waits.
+        In the same step the job is recorded as held by `worker` (until `release`), so the API's
+        ETAs see a slot taken at once, not at the next heartbeat."""
+        result = self._pick(keys=[self.keys.ticket(ticket), self.keys.queued, self.keys.held],
+                            args=[self.keys.fair_prefix(queue), self.keys.job(""), self.job_ttl_s,
+                                  worker, *LEVELS])
         return (result[0], result[1]) if result else None
+
+    def release(self, job_id: str, worker: str) -> None:
+        """The worker let go of a job it picked (it ended, or another worker holds it now)."""
+        if self.r.hget(self.keys.held, job_id) == worker:
+            self.r.hdel(self.keys.held, job_id)
+
+    def held(self) -> dict[str, list[dict]]:
+        """The jobs each worker holds now, by worker name: each job's `completion_tokens` so far
+        and `max_tokens`. Entries of jobs that have ended are dropped (a worker that died
+        without releasing leaves them)."""
+        held = self.r.hgetall(self.keys.held)
+        if not held:
+            return {}
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in held:
+            pipe.hmget(self.keys.job(job_id), "status", "completion_tokens", "max_tokens")
+        by_worker: dict[str, list[dict]] = {}
+        for (job_id, worker), (status, done, max_tokens) in zip(held.items(), pipe.execute()):
+            if status not in ("queued", "running"):
+                self.r.hdel(self.keys.held, job_id)
+                continue
+            by_worker.setdefault(worker, []).append(
+                {"completion_tokens": int(done or 0), "max_tokens": int(max_tokens) if max_tokens else None})
+        return by_worker
 
     def position(self, record: dict) -> int | None:
         """Jobs that will be picked before this queued one if nothing else arrives: every job

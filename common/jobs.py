@@ -187,7 +187,8 @@ redis.call('EXPIRE', KEYS[1], ARGV[3])
 return 'expired'
 """
 
-_INT_FIELDS = ("prompt_tokens", "completion_tokens", "attempts", "batch_size_max", "priority_level")
+_INT_FIELDS = ("prompt_tokens", "completion_tokens", "attempts", "batch_size_max", "priority_level",
+               "max_tokens")
 _FLOAT_FIELDS = ("created_at", "started_at", "finished_at", "queue_deadline", "run_timeout_s")
 _JSON_FIELDS = ("request", "error")
 
@@ -378,7 +379,13 @@ class JobStore:
         pipe = self.r.pipeline(transaction=False)
         for info in infos:
             pipe.exists(self.keys.worker_alive(info["name"]))
-        return [info for info, alive in zip(infos, pipe.execute()) if alive]
+        live = [info for info, alive in zip(infos, pipe.execute()) if alive]
+        held = self.fair.held()  # fresher than the heartbeat's count of running jobs
+        for info in live:
+            if info["name"] in held:
+                info["held_jobs"] = held[info["name"]]
+                info["running"] = len(held[info["name"]])
+        return live
 
     def queue_position(self, record: dict[str, Any]) -> int | None:
         """Queued jobs that will start before this one, in the fair queue's order (a coalesced
@@ -388,9 +395,9 @@ class JobStore:
             record = self.get(primary) or {}
         return self.fair.position(record) if record.get("status") == "queued" else None
 
-    def pick(self, queue: str, ticket: str) -> tuple[str, str] | None:
+    def pick(self, queue: str, ticket: str, worker: str = "") -> tuple[str, str] | None:
         """The job a Celery message (`ticket`, its task id) runs: see FairQueue.pick."""
-        return self.fair.pick(queue, ticket)
+        return self.fair.pick(queue, ticket, worker)
 
     def queue_depth(self) -> int:
         return self.r.zcard(self.keys.queued)

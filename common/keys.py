@@ -117,6 +117,11 @@ class Keys:
         """Which job a Celery message (a ticket) took, so its redelivery resumes that job."""
         return f"{self.ns}:ticket:{task_id}"
 
+    @property
+    def held(self) -> str:
+        """Hash job id -> the worker holding it (picked, not yet let go), for fresh ETAs."""
+        return f"{self.ns}:held"
+
     def inflight(self, digest: str) -> str:
         """The queued or running job generating the answer to a request digest (coalescing)."""
         return f"{self.ns}:inflight:{digest}"

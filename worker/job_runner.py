@@ -83,12 +83,18 @@ class JobRunner:
         """Run the job a Celery message is a ticket for: the fairest queued job of `queue` when
         a slot is free (common/fair_queue.py), or, for a redelivered message, the job it took
         before. A ticket that finds nothing queued has nothing to do."""
-        picked = self._retrying(lambda: self.store.pick(queue, ticket))
+        picked = self._retrying(lambda: self.store.pick(queue, ticket, self.worker_name))
         if picked is None:
             return {"job_id": None, "status": "idle"}
         job_id, _ = picked
-        with job_context(job_id):
-            return self.run(job_id)
+        try:
+            with job_context(job_id):
+                return self.run(job_id)
+        finally:
+            try:
+                self.store.fair.release(job_id, self.worker_name)
+            except redis.RedisError:
+                log.warning("could not record that job %s was let go", job_id, exc_info=True)
 
     def run(self, job_id: str) -> dict:
         if self._retrying(lambda: self.store.expire_if_overdue(job_id)):

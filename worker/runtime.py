@@ -80,7 +80,7 @@ class WorkerRuntime:
             "max_batch_seen": stats.max_batch_size, "updated_at": time.time(),
             "running": self.loop.active, "metrics_port": self.settings.metrics_port,
         }
-        self.meter.observe(stats.tokens_generated, busy=self.loop.active > 0)
+        self.meter.observe(stats.tokens_generated, busy=self.loop.active > 0, steps_total=stats.steps)
         info.update(self.meter.snapshot())
         prefix = getattr(getattr(self.loop.engine, "runner", None), "prefix", None)
         if prefix is not None:
