@@ -34,8 +34,8 @@ from common.schemas import PRIORITY_LEVELS
 ANONYMOUS = "~anon"  # '~' is not allowed in key ids, so no key can collide with it
 LEVELS = sorted(set(PRIORITY_LEVELS.values()))
 
-# Lua, run inside job creation (jobs._CREATE): KEYS[3] owners zset, KEYS[4] the owner's list,
-# KEYS[5] the level's meta hash; ARGV[FAIR_OWNER] owner, ARGV[FAIR_OWNER + 1] cost.
+# Lua, called inside job creation (jobs._CREATE) with the level's owners zset, the owner's list,
+# the level's meta hash, the owner, its cost per job (1 / weight) and the job id.
 ENQUEUE_LUA = """
 local function fair_enqueue(owners, list, meta, owner, cost, job_id)
   redis.call('RPUSH', list, job_id)
@@ -57,6 +57,8 @@ local function fair_remove()
 end
 """
 
+# KEYS: the ticket's key, the queued zset, the held hash. ARGV: 1 fair prefix of the model queue,
+# 2 job key prefix, 3 ticket ttl, 4 worker name, 5.. the priority levels, first served first.
 _PICK = """
 local mapped = redis.call('GET', KEYS[1])
 if mapped then
