@@ -58,6 +58,7 @@ if st == 'queued' then fair_remove() end  -- normally already picked; not when r
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 if redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then return {'cancel', attempts} end
 if attempts > tonumber(ARGV[4]) then return {'poison', attempts} end
+redis.call('HSET', KEYS[1], 'chunks_written', 0)  -- this attempt's chunks count from 0
 local targets = live_followers(KEYS[1], ARGV[8])
 if not carrier then table.insert(targets, 1, ARGV[1]) end
 local restart = cjson.encode({attempt = attempts, reason = 'the previous attempt lost its worker'})
@@ -139,19 +140,27 @@ return result
 
 # A chunk of one attempt: written only while that attempt still owns the running job, so a worker
 # that was given up on (and replaced) can never interleave its tokens with the new attempt's.
-# Written to the job (unless it is a carrier) and to each of its running followers.
-# KEYS: job. ARGV: 1 attempt, 2 event, 3 data, 4 log maxlen, 5 ttl, 6 job prefix, 7.. fields
+# Written to the job (unless it is a carrier) and to each of its running followers. Idempotent by
+# chunk index: a chunk index already written (the reply to that write was lost, Redis going down
+# right after running the script) is refused with 2, never logged twice.
+# KEYS: job. ARGV: 1 attempt, 2 event, 3 data, 4 log maxlen, 5 ttl, 6 job prefix, 7 chunk index,
+# 8.. fields
 _APPEND_FENCED = _HELPERS + """
 if redis.call('HGET', KEYS[1], 'attempts') ~= ARGV[1] then return 0 end
 local running = redis.call('HGET', KEYS[1], 'status') == 'running'
 if not running and not is_carrier(KEYS[1]) then return 0 end
+local index = tonumber(ARGV[7])
+if index then
+  if index < tonumber(redis.call('HGET', KEYS[1], 'chunks_written') or '0') then return 2 end
+  redis.call('HSET', KEYS[1], 'chunks_written', index + 1)
+end
 local targets = {}
 if running then table.insert(targets, KEYS[1]) end
 for _, f in ipairs(followers_of(KEYS[1])) do
   if redis.call('HGET', ARGV[6] .. f, 'status') == 'running' then table.insert(targets, ARGV[6] .. f) end
 end
 for _, key in ipairs(targets) do
-  if #ARGV > 6 then redis.call('HSET', key, unpack(ARGV, 7)) end
+  if #ARGV > 7 then redis.call('HSET', key, unpack(ARGV, 8)) end
   log_event(key, ARGV[4], ARGV[5], ARGV[2], ARGV[3])
 end
 return 1
@@ -416,14 +425,19 @@ class JobStore:
         pipe.publish(self.keys.channel(job_id), event)
         pipe.execute()
 
-    def append_chunk(self, job_id: str, attempt: int, data: dict[str, Any], **record: Any) -> bool:
+    def append_chunk(self, job_id: str, attempt: int, data: dict[str, Any], **record: Any) -> int:
         """Add a `chunk` of attempt `attempt` (and update the record) atomically, only if that
-        attempt still owns the running job. False: it was superseded or the job ended."""
+        attempt still owns the running job: 1. 0: it was superseded or the job ended. 2: a chunk
+        with this `index` was already written (see `chunks_written`); nothing was written."""
         return self._append_fenced(
             keys=[self.keys.job(job_id)],
             args=[attempt, "chunk", json.dumps(data), self.events_maxlen, self.job_ttl_s,
-                  self.job_prefix, *_encode(record)],
-        ) == 1
+                  self.job_prefix, data.get("index", ""), *_encode(record)],
+        )
+
+    def chunks_written(self, job_id: str) -> int:
+        """Chunks the job's current attempt has written, for a writer that lost a reply."""
+        return int(self.r.hget(self.keys.job(job_id), "chunks_written") or 0)
 
     def publish_done(self, job_id: str) -> None:
         """Close the job's log with a `done` event built from its (terminal) record."""

@@ -177,3 +177,26 @@ def test_redis_write_failures_are_buffered_and_nothing_is_lost(store, settings, 
     chunks = [d for e, d in events_of(store, job) if e == "chunk"]
     assert "".join(c["text"] for c in chunks) == record["text"]
     assert [c["index"] for c in chunks] == list(range(len(chunks)))
+
+
+def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, settings, monkeypatch):
+    """Redis ran the append and went down before replying: the runner sees an error, but the
+    chunk is in the log. The next write must continue after it, not repeat it."""
+    job = queue_job(store)
+    real_append, lost = store.append_chunk, {"left": 3}
+
+    def append_then_lose_reply(*args, **kwargs):
+        result = real_append(*args, **kwargs)
+        if lost["left"] > 0:
+            lost["left"] -= 1
+            raise redis.ConnectionError("Connection closed by server")
+        return result
+
+    monkeypatch.setattr(store, "append_chunk", append_then_lose_reply)
+    job_runner, _ = make_runner(store, settings, {job: "every word exactly once"}, delay=0.01)
+    job_runner.run(job)
+    record = store.get(job)
+    assert record["status"] == "succeeded" and record["text"] == "every word exactly once"
+    chunks = [d for e, d in events_of(store, job) if e == "chunk"]
+    assert "".join(c["text"] for c in chunks) == record["text"]
+    assert [c["index"] for c in chunks] == list(range(len(chunks)))

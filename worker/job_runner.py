@@ -54,6 +54,7 @@ class _Progress:
     finish: RequestOutput | None = None
     abort_reason: str | None = None  # 'timeout' when we stopped it; None for a client cancel
     buffering: bool = False  # Redis was unavailable at the last write
+    unconfirmed: str | None = None  # text of a write whose reply was lost: it may have landed
 
 
 def engine_sampling(sampling: dict) -> Sampling:
@@ -207,11 +208,15 @@ class JobRunner:
 
     def _publish(self, job_id: str, attempt: int, progress: _Progress, raise_errors: bool = False) -> None:
         """Write the pending text as one chunk. While Redis is down the text stays pending (and
-        generation goes on); it is written, as one larger chunk, once Redis answers again."""
-        if not progress.pending:
-            return
-        delta = progress.pending
+        generation goes on); it is written, as one larger chunk, once Redis answers again. A
+        write whose reply was lost may have landed: that is settled first, so no text is logged
+        twice or skipped."""
         try:
+            if progress.unconfirmed is not None:
+                self._settle_unconfirmed(job_id, progress)
+            if not progress.pending:
+                return
+            delta = progress.unconfirmed = progress.pending
             written = self.store.append_chunk(
                 job_id, attempt, {"index": progress.chunks, "text": delta}, text=progress.text + delta,
                 completion_tokens=progress.completion_tokens, batch_size_max=progress.batch_size_max)
@@ -223,13 +228,27 @@ class JobRunner:
                             extra={"job_id": job_id})
             progress.buffering = True
             return
+        progress.unconfirmed = None
         if not written:
             raise Superseded(job_id)
+        if written == 2:  # that index is already in the log: settle it on the next write
+            progress.unconfirmed = delta
+            return
         if progress.buffering:
             log.info("job %s: Redis is back; buffered text written", job_id, extra={"job_id": job_id})
             progress.buffering = False
+        self._confirm(progress, delta)
+
+    def _settle_unconfirmed(self, job_id: str, progress: _Progress) -> None:
+        """Whether the chunk whose reply was lost landed: the job counts the chunks written."""
+        if self.store.chunks_written(job_id) > progress.chunks:
+            self._confirm(progress, progress.unconfirmed)
+        progress.unconfirmed = None
+
+    @staticmethod
+    def _confirm(progress: _Progress, delta: str) -> None:
         progress.text += delta
-        progress.pending = ""
+        progress.pending = progress.pending[len(delta):]
         progress.chunks += 1
 
     def _end(self, job_id: str, attempt: int | None, status: JobStatus, **fields) -> dict:
