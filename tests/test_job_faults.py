@@ -172,10 +172,15 @@ def test_redis_write_failures_are_buffered_and_nothing_is_lost(store, settings, 
     monkeypatch.setattr(store, "append_chunk", flaky_append)
     job_runner, _ = make_runner(store, settings, {job: "all of this text arrives"}, delay=0.01)
     job_runner.run(job)
+    assert_whole_answer(store, job, "all of this text arrives")
+
+
+def assert_whole_answer(store, job, text):
+    """The job succeeded with `text`, and its log holds that text once, in numbered chunks."""
     record = store.get(job)
-    assert record["status"] == "succeeded" and record["text"] == "all of this text arrives"
+    assert record["status"] == "succeeded" and record["text"] == text
     chunks = [d for e, d in events_of(store, job) if e == "chunk"]
-    assert "".join(c["text"] for c in chunks) == record["text"]
+    assert "".join(c["text"] for c in chunks) == text
     assert [c["index"] for c in chunks] == list(range(len(chunks)))
 
 
@@ -195,8 +200,4 @@ def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, sett
     monkeypatch.setattr(store, "append_chunk", append_then_lose_reply)
     job_runner, _ = make_runner(store, settings, {job: "every word exactly once"}, delay=0.01)
     job_runner.run(job)
-    record = store.get(job)
-    assert record["status"] == "succeeded" and record["text"] == "every word exactly once"
-    chunks = [d for e, d in events_of(store, job) if e == "chunk"]
-    assert "".join(c["text"] for c in chunks) == record["text"]
-    assert [c["index"] for c in chunks] == list(range(len(chunks)))
+    assert_whole_answer(store, job, "every word exactly once")
