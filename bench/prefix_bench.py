@@ -84,7 +84,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     args = parser.parse_args()
     model = resolve_model(Settings(model=args.model, allow_download=False))
-    jobs = workload(PromptBuilder(model.path, 4096), args.requests)
+    builder = PromptBuilder(model.path, 4096)
+    jobs = workload(builder, args.requests)
     results = {}
     for label, mb in (("off", "0"), ("on", "256")):
         stack = Stack(args.redis_url, args.model, args.out / "logs",
@@ -97,7 +98,6 @@ def main() -> None:
         print(label, json.dumps(results[label]), flush=True)
     off, on = results["off"], results["on"]
     # cross-check: the worker looked up every prompt token of the run (warm-up included) once
-    builder = PromptBuilder(model.path, 4096)
     sent = sum(len(builder.build(messages, None)[1]) for messages in [jobs[0], *jobs])
     print(f"prompt tokens sent {sent}, looked up by the prefix cache "
           f"{on['prefix_cache'].get('queried_tokens')}, of which hits {on['prefix_cache'].get('hit_tokens')}")

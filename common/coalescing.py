@@ -34,6 +34,17 @@ local function is_carrier(job_key)
      and redis.call('HGET', job_key, 'detached') == '1'
 end
 
+-- The digest's inflight entry stops naming job_id: it names the heir, or nothing.
+local function hand_over_inflight(job_key, job_id, inflight_prefix, heir)
+  local digest = redis.call('HGET', job_key, 'cache_key')
+  if not digest or redis.call('GET', inflight_prefix .. digest) ~= job_id then return end
+  if heir then
+    redis.call('SET', inflight_prefix .. digest, heir, 'KEEPTTL')
+  else
+    redis.call('DEL', inflight_prefix .. digest)
+  end
+end
+
 local function log_event(job_key, maxlen, ttl, event, data)
   redis.call('XADD', job_key .. ':events', 'MAXLEN', '~', maxlen, '*', 'event', event, 'data', data)
   redis.call('EXPIRE', job_key .. ':events', ttl)
@@ -77,10 +88,7 @@ local function promote(job_key, job_id, job_prefix, queued_key, inflight_prefix)
     redis.call('SADD', heir_key .. ':followers', heirs[i])
     redis.call('HSET', job_prefix .. heirs[i], 'coalesced_into', heir)
   end
-  local digest = redis.call('HGET', job_key, 'cache_key')
-  if digest and redis.call('GET', inflight_prefix .. digest) == job_id then
-    redis.call('SET', inflight_prefix .. digest, heir, 'KEEPTTL')
-  end
+  hand_over_inflight(job_key, job_id, inflight_prefix, heir)
   return heir
 end
 
@@ -106,7 +114,7 @@ if (st ~= 'queued' and st ~= 'running') or redis.call('HGET', pk, 'cancel_reques
   return false
 end
 redis.call('HSET', KEYS[2], unpack(ARGV, 5))
-local copied = redis.call('HMGET', pk, 'started_at', 'worker', 'text', 'completion_tokens', 'attempts')
+local copied = redis.call('HMGET', pk, 'started_at', 'worker', 'text', 'completion_tokens')
 redis.call('HSET', KEYS[2], 'status', st, 'coalesced_into', primary,
            'text', copied[3] or '', 'completion_tokens', copied[4] or '0')
 if st == 'running' then

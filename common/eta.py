@@ -15,7 +15,7 @@ workers measure more.
 from __future__ import annotations
 
 import heapq
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 PICKUP_S = 0.05  # broker hop + claim, when a slot is free
 DEFAULT_TOKENS_PER_S = 10.0  # before a worker has measured anything
@@ -29,7 +29,7 @@ class WorkerLoad:
     tokens_per_s: float  # whole-batch generation rate while busy, decayed
     mean_job_tokens: float  # decayed mean completion length of finished jobs
     sequence_tokens_per_s: float | None = None  # one sequence's rate while busy, decayed
-    remaining_tokens: tuple[float, ...] = field(default=())  # expected tokens left, jobs it holds
+    remaining_tokens: tuple[float, ...] = ()  # expected tokens left, jobs it holds
 
     @classmethod
     def from_heartbeat(cls, info: dict) -> "WorkerLoad":

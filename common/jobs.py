@@ -99,10 +99,7 @@ if st == 'running' then
   if #live_followers(KEYS[1], ARGV[4]) > 0 then
     redis.call('HSET', KEYS[1], 'status', 'cancelled', 'finish_reason', 'cancelled',
                'finished_at', ARGV[2], 'detached', '1')
-    local digest = redis.call('HGET', KEYS[1], 'cache_key')
-    if digest and redis.call('GET', ARGV[5] .. digest) == ARGV[1] then
-      redis.call('DEL', ARGV[5] .. digest)
-    end
+    hand_over_inflight(KEYS[1], ARGV[1], ARGV[5], false)
     return 'cancelled'
   end
   redis.call('HSET', KEYS[1], 'cancel_requested', '1')
@@ -133,8 +130,7 @@ for _, f in ipairs(live_followers(KEYS[1], ARGV[4])) do
   table.insert(result, f)
 end
 redis.call('DEL', KEYS[1] .. ':followers')
-local digest = redis.call('HGET', KEYS[1], 'cache_key')
-if digest and redis.call('GET', ARGV[5] .. digest) == ARGV[1] then redis.call('DEL', ARGV[5] .. digest) end
+hand_over_inflight(KEYS[1], ARGV[1], ARGV[5], false)
 return result
 """
 
@@ -404,9 +400,6 @@ class JobStore:
             record = self.get(primary) or {}
         return self.fair.position(record) if record.get("status") == "queued" else None
 
-    def pick(self, queue: str, ticket: str, worker: str = "") -> tuple[str, str] | None:
-        """The job a Celery message (`ticket`, its task id) runs: see FairQueue.pick."""
-        return self.fair.pick(queue, ticket, worker)
 
     def queue_depth(self) -> int:
         return self.r.zcard(self.keys.queued)

@@ -49,3 +49,18 @@ class ScriptedRunner:
 
     def release(self, request_ids):
         self.rows = [r for r in self.rows if r not in set(request_ids)]
+
+
+def run_to_end(engine, max_steps=200, on_step=None):
+    """Step an engine until nothing is unfinished: (text per request, final output per request)."""
+    texts, finals = {}, {}
+    for step in range(max_steps):
+        if not engine.has_unfinished():
+            break
+        if on_step:
+            on_step(step)
+        for out in engine.step():
+            texts[out.request_id] = texts.get(out.request_id, "") + out.text
+            if out.finished:
+                finals[out.request_id] = out
+    return texts, finals

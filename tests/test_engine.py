@@ -6,25 +6,11 @@ embedded model to check that batched decoding gives the same tokens as decoding 
 import pytest
 import torch
 
-from tests.fakes import CharTokenizer, ScriptedRunner
+from tests.fakes import CharTokenizer, ScriptedRunner, run_to_end
 from worker.engine.engine import LLMEngine
 from worker.engine.sequence import EngineRequest, Sampling
 
 GREEDY = Sampling(max_tokens=50, temperature=0)
-
-
-def run_to_end(engine, max_steps=200, on_step=None):
-    texts, finals = {}, {}
-    for step in range(max_steps):
-        if not engine.has_unfinished():
-            break
-        if on_step:
-            on_step(step)
-        for out in engine.step():
-            texts[out.request_id] = texts.get(out.request_id, "") + out.text
-            if out.finished:
-                finals[out.request_id] = out
-    return texts, finals
 
 
 def make_engine(scripts, **kw):

@@ -32,7 +32,7 @@ def queue_job(store, owner, priority="normal", weight=1.0):
 
 
 def pick(store):
-    picked = store.pick(QUEUE, uuid.uuid4().hex)
+    picked = store.fair.pick(QUEUE, uuid.uuid4().hex)
     return picked[0] if picked else None
 
 
@@ -98,7 +98,7 @@ def test_cancelled_jobs_leave_and_tickets_resume_what_they_took(store):
     assert store.request_cancel(second) == "cancelled"
     assert position(store, third) == 1
     ticket = uuid.uuid4().hex
-    assert store.pick(QUEUE, ticket) == (first, "picked")
-    assert store.pick(QUEUE, ticket) == (first, "resumed")  # a redelivered message: same job
+    assert store.fair.pick(QUEUE, ticket) == (first, "picked")
+    assert store.fair.pick(QUEUE, ticket) == (first, "resumed")  # a redelivered message: same job
     assert pick(store) == third
     assert pick(store) is None  # the cancelled job's ticket finds nothing to do

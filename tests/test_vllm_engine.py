@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tests.fakes import CharTokenizer
+from tests.fakes import CharTokenizer, run_to_end
 from worker.engine.loop import EngineLoop
 from worker.engine.sequence import EngineRequest, Sampling
 from worker.engine.vllm_engine import VLLMEngine
@@ -65,20 +65,6 @@ def fake_params(sampling: Sampling):
 def make_engine(scripts, **kw):
     core = FakeVllmCore(scripts, **kw)
     return VLLMEngine("unused", core=core, tokenizer=CharTokenizer(), sampling_params=fake_params), core
-
-
-def run_to_end(engine, on_step=None, max_steps=200):
-    texts, finals = {}, {}
-    for step in range(max_steps):
-        if not engine.has_unfinished():
-            break
-        if on_step:
-            on_step(step)
-        for out in engine.step():
-            texts[out.request_id] = texts.get(out.request_id, "") + out.text
-            if out.finished:
-                finals[out.request_id] = out
-    return texts, finals
 
 
 def test_deltas_add_up_to_the_text_and_requests_batch_together():

@@ -84,7 +84,7 @@ class JobRunner:
         """Run the job a Celery message is a ticket for: the fairest queued job of `queue` when
         a slot is free (common/fair_queue.py), or, for a redelivered message, the job it took
         before. A ticket that finds nothing queued has nothing to do."""
-        picked = self._retrying(lambda: self.store.pick(queue, ticket, self.worker_name))
+        picked = self._retrying(lambda: self.store.fair.pick(queue, ticket, self.worker_name))
         if picked is None:
             return {"job_id": None, "status": "idle"}
         job_id, _ = picked
