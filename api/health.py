@@ -1,9 +1,14 @@
-"""Liveness and readiness: Redis, live workers (Celery ping), queue depth, model, batching mode."""
+"""Liveness and readiness: Redis, live workers, queue depth, model, batching mode.
+
+`GET /health` is what load balancers and probes poll, so it answers from Redis alone in a few
+milliseconds: workers are the ones whose heartbeat (written every `LLMQ_HEARTBEAT_S`) is still
+fresh. `GET /health?deep=1` also pings the workers through the broker (Celery's remote control),
+which proves their consumers answer but waits up to `LLMQ_HEALTH_PING_TIMEOUT_S` for replies.
+"""
 from __future__ import annotations
 
-
 import redis
-from flask import Blueprint, jsonify
+from flask import Blueprint, jsonify, request
 
 from api.services import services
 
@@ -24,10 +29,14 @@ def health():
         body["model"] = {"name": model.name, "source": model.source, "path": str(model.path)}
     except Exception as exc:  # not prepared yet: still report the rest
         body["model"] = {"name": None, "error": str(exc)}
-    replies = svc.celery.control.ping(timeout=svc.settings.health_ping_timeout_s)
-    body["workers"] = sorted(name for reply in replies for name in reply)
     body["workers_detail"] = svc.store.live_workers()
+    body["workers"] = sorted(info["name"] for info in body["workers_detail"])
     body["queue_depth"] = svc.store.queue_depth()
+    if request.args.get("deep", "").lower() in ("1", "true", "yes"):
+        replies = svc.celery.control.ping(timeout=svc.settings.health_ping_timeout_s)
+        body["celery_workers"] = sorted(name for reply in replies for name in reply)
+        if not body["celery_workers"]:
+            body["workers"] = []  # heartbeats alone do not prove a consumer answers
     if not body["workers"]:
         body["status"] = "degraded"  # jobs are accepted and wait in the queue
     return jsonify(body)

@@ -143,7 +143,9 @@ def _paths() -> dict:
             "responses": {"200": {"description": "Server-Sent Events",
                                   "content": {"text/event-stream": {"schema": _SSE_EVENT}}},
                           **_errors(401, 404, 503)}}},
-        "/health": {"get": {"summary": "Health", "security": [], "responses": {
+        "/health": {"get": {"summary": "Health", "security": [], "parameters": [
+            {"name": "deep", "in": "query", "required": False, "schema": {"type": "string"},
+             "description": "1: also ping the workers through the broker (slower)"}], "responses": {
             "200": _json({"type": "object"}, "up (status 'ok', or 'degraded' with no worker)"),
             "503": _json({"type": "object"}, "Redis unreachable")}}},
         "/openapi.json": {"get": {"summary": "This document", "security": [], "responses": {

@@ -376,15 +376,27 @@ class JobStore:
     def cancel_requested(self, job_id: str) -> bool:
         return self.r.hget(self.keys.job(job_id), "cancel_requested") == "1"
 
+    def heartbeat(self, info: dict[str, Any], ttl_s: int) -> None:
+        """Record a worker's heartbeat; it counts as live for `ttl_s` seconds (`live_workers`)."""
+        pipe = self.r.pipeline()
+        pipe.hset(self.keys.workers, info["name"], json.dumps(info))
+        pipe.set(self.keys.worker_alive(info["name"]), "1", ex=ttl_s)
+        pipe.execute()
+
     def live_workers(self) -> list[dict[str, Any]]:
-        """Heartbeat info of every worker whose heartbeat is still fresh."""
+        """Heartbeat info of every worker whose heartbeat is still fresh. Entries of workers whose
+        heartbeat has expired are removed, so the hash does not grow with every worker ever run."""
         infos = [json.loads(v) for v in self.r.hvals(self.keys.workers)]
         if not infos:
             return []
         pipe = self.r.pipeline(transaction=False)
         for info in infos:
             pipe.exists(self.keys.worker_alive(info["name"]))
-        live = [info for info, alive in zip(infos, pipe.execute()) if alive]
+        alive = pipe.execute()
+        live = [info for info, up in zip(infos, alive) if up]
+        dead = [info["name"] for info, up in zip(infos, alive) if not up]
+        if dead:
+            self.r.hdel(self.keys.workers, *dead)
         held = self.fair.held()  # fresher than the heartbeat's count of running jobs
         for info in live:
             if info["name"] in held:

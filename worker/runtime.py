@@ -5,7 +5,6 @@ no model exists before a fork (the worker uses Celery's threads pool: one thread
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
 import socket
@@ -87,10 +86,7 @@ class WorkerRuntime:
             info["prefix_cache"] = {"hit_rate": round(prefix.stats.hit_rate, 4), "blocks": len(prefix),
                                     "hit_tokens": prefix.stats.hit_tokens,
                                     "queried_tokens": prefix.stats.queried_tokens}
-        pipe = self.redis.pipeline()
-        pipe.hset(self.keys.workers, self.name, json.dumps(info))
-        pipe.set(self.keys.worker_alive(self.name), "1", ex=max(3, int(3 * self.settings.heartbeat_s)))
-        pipe.execute()
+        self.store.heartbeat(info, ttl_s=max(3, int(3 * self.settings.heartbeat_s)))
         self.leases.renew()  # keep the jobs (and broker messages) this worker holds
         self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
 
