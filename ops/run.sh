@@ -18,7 +18,7 @@ else
   start_bg worker "$PY" -m worker --cpus "${LLMQ_CPUS:-0-$(($(nproc) - 1))}"
 fi
 start_bg api "$PY" -m gunicorn -k gthread --threads 64 -w 1 -b "127.0.0.1:$API_PORT" api.wsgi:app
-start_bg flower "$PY" -m celery -A common.celery_app flower --port="$FLOWER_PORT" --address=127.0.0.1
+start_flower "$FLOWER_PORT"
 log "waiting for the worker to load the model"
 "$PY" ops/demo_client.py --api "http://127.0.0.1:$API_PORT" --wait-ready 180 "$PROMPT"
 log "chat page http://127.0.0.1:$API_PORT/   API health /health, metrics /metrics   Flower http://127.0.0.1:$FLOWER_PORT"
