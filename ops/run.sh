@@ -11,7 +11,7 @@ FLOWER_PORT=${LLMQ_FLOWER_PORT:-5555}
 install_deps
 ensure_redis
 prepare_model
-bash ops/stop.sh >/dev/null 2>&1 || true
+bash ops/stop.sh --keep-redis >/dev/null 2>&1 || true
 if [ "${LLMQ_CPU_WORKERS:-1}" -gt 1 ]; then
   bash ops/workers.sh start --cpu "$LLMQ_CPU_WORKERS"
 else

@@ -11,7 +11,7 @@ import pytest
 import redis
 import requests
 
-from tests.conftest import ROOT, free_port, make_settings, settings_env
+from tests.conftest import ROOT, free_port, make_settings, redis_port, settings_env
 
 pytestmark = pytest.mark.slow
 
@@ -57,3 +57,44 @@ def test_flower_as_run_sh_starts_it_answers_its_api_on_localhost(tmp_path):
     finally:
         ops("bash ops/stop.sh", tmp_path, settings)
     assert wait_until(lambda: not alive(pid), 30)
+
+
+def test_scripts_start_a_durable_redis_and_stop_sh_stops_only_what_they_started(tmp_path):
+    settings = make_settings()
+    theirs_port, ours_port = redis_port(), redis_port()
+    theirs = subprocess.Popen(["redis-server", "--port", str(theirs_port), "--bind", "127.0.0.1",
+                               "--save", "", "--appendonly", "no"], stdout=subprocess.DEVNULL)
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        assert wait_until(lambda: redis.Redis(port=theirs_port).ping())
+        # a Redis that already answers is used as it is, and not taken over
+        result = ops("ensure_redis", tmp_path, settings, LLMQ_REDIS_URL=f"redis://127.0.0.1:{theirs_port}/0")
+        assert result.returncode == 0, result.stderr
+        assert not (tmp_path / "redis.pid").exists()
+
+        # none answers: one is started, durable (append-only file, fsync every second, noeviction)
+        result = ops("ensure_redis && start_bg worker sleep 300", tmp_path, settings,
+                     LLMQ_REDIS_URL=f"redis://127.0.0.1:{ours_port}/0")
+        assert result.returncode == 0, result.stderr
+        ours = redis.Redis(port=ours_port, decode_responses=True)
+        config = {k: v for name in ("appendonly", "appendfsync", "maxmemory-policy")
+                  for k, v in ours.config_get(name).items()}
+        assert config == {"appendonly": "yes", "appendfsync": "everysec", "maxmemory-policy": "noeviction"}
+        redis_pid = int((tmp_path / "redis.pid").read_text())
+        worker_pid = int((tmp_path / "worker.pid").read_text())
+        # a pid file left over from long ago whose pid now belongs to someone else
+        (tmp_path / "api.pid").write_text(str(bystander.pid))
+        os.utime(tmp_path / "api.pid", (time.time() - 3600, time.time() - 3600))
+
+        assert ops("bash ops/stop.sh --keep-redis", tmp_path, settings).returncode == 0  # as run.sh restarts
+        assert wait_until(lambda: not alive(worker_pid), 30) and alive(redis_pid)
+
+        assert ops("bash ops/stop.sh", tmp_path, settings).returncode == 0
+        assert wait_until(lambda: not alive(redis_pid), 30)
+        assert list(tmp_path.glob("*.pid")) == []
+        assert redis.Redis(port=theirs_port).ping() and bystander.poll() is None  # left alone
+        assert (tmp_path / "appendonlydir").is_dir()  # its data stays for the next start
+    finally:
+        for proc in (theirs, bystander):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)

@@ -1,8 +1,9 @@
 """A Redis restart under a live stack: the API answers 503 while it is down and recovers by itself,
 the worker rides it out and reconnects, and no job record is left half-written.
 
-Uses a private `redis-server` on a free port (append-only file, so a restart keeps the data, as a
-production Redis would); the shared Redis is never touched.
+Uses a private `redis-server` on a free port, configured as llmq's scripts start Redis (append-only
+file fsynced every second, noeviction), so a restart keeps the data; the shared Redis is never
+touched. One test kills that Redis with SIGKILL, so what survives is what the append-only file holds.
 """
 import shutil
 import subprocess
@@ -15,20 +16,20 @@ import requests
 from api import create_app
 from common.schemas import JobStatus
 from common.sseclient import iter_sse
-from tests.conftest import LiveServer, free_port, make_settings, wait_for_job
+from tests.conftest import LiveServer, make_settings, redis_port, wait_for_job
 
 pytestmark = pytest.mark.slow
 
 
 class PrivateRedis:
     def __init__(self, directory):
-        self.port, self.dir, self.proc = free_port(), directory, None
+        self.port, self.dir, self.proc = redis_port(), directory, None
         self.url = f"redis://127.0.0.1:{self.port}"
 
     def start(self):
         self.proc = subprocess.Popen(
             [shutil.which("redis-server"), "--port", str(self.port), "--bind", "127.0.0.1",
-             "--dir", str(self.dir), "--save", "", "--appendonly", "yes", "--appendfsync", "always",
+             "--dir", str(self.dir), "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
              "--maxmemory-policy", "noeviction"], stdout=subprocess.DEVNULL)
         client = redis.Redis.from_url(self.url)
         for _ in range(100):
@@ -43,6 +44,11 @@ class PrivateRedis:
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()  # SHUTDOWN: the append-only file is complete
             self.proc.wait(30)
+
+    def crash(self):
+        """SIGKILL: only what the append-only file had fsynced (up to a second ago) survives."""
+        self.proc.kill()
+        self.proc.wait(30)
 
 
 @pytest.fixture(scope="module")
@@ -125,3 +131,37 @@ def test_redis_restart_is_503_then_recovery_without_losing_or_tearing_a_job(outa
         assert {"id", "status", "model", "created_at", "request", "prompt_tokens"} <= set(record)
         assert JobStatus(record["status"]).terminal
         assert record["finish_reason"] and record["finished_at"] >= record["created_at"]
+
+
+def test_queued_and_running_jobs_survive_a_redis_crash_from_its_append_only_file(outage_stack, start_worker):
+    """A one-slot worker runs one job while three wait; Redis is SIGKILLed (not shut down) over a
+    second after the last write and restarted on its files: every job is still there and ends."""
+    private, _, _, _ = outage_stack
+    settings = make_settings(redis_url=f"{private.url}/0", heartbeat_s=1, max_tokens_cap=512)
+    worker = start_worker(settings, concurrency=1)
+    server = LiveServer(create_app(settings))
+    base = server.url
+    try:
+        running = post(base, prompt="1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", max_tokens=256, temperature=0).json()
+        while requests.get(f"{base}/v1/jobs/{running['id']}", timeout=30).json()["status"] != "running":
+            time.sleep(0.1)
+        queued = [post(base, prompt=f"Say the word {w}.", max_tokens=8).json() for w in ("red", "blue", "green")]
+        assert all(job["status"] == "queued" for job in queued)
+        time.sleep(2)  # appendfsync everysec: writes older than a second are on disk
+        private.crash()
+        time.sleep(1)
+        private.start()
+
+        for job in queued:  # still there after the crash (the slot may just have freed for one)
+            assert requests.get(f"{base}/v1/jobs/{job['id']}", timeout=30).json()["status"] in ("queued", "running")
+        for job in [running, *queued]:
+            final = wait_for_job(base, job["id"], timeout=240)
+            assert final["status"] == "succeeded", final
+        final = wait_for_job(base, running["id"])
+        assert final["attempts"] == 1  # the worker rode the crash out: no redelivery, no restart
+        with requests.get(f"{base}/v1/jobs/{running['id']}/events", stream=True, timeout=30) as stream:
+            chunks = [e.json() for e in iter_sse(stream.iter_lines()) if e.event == "chunk"]
+        assert "".join(c["text"] for c in chunks) == final["text"]
+    finally:
+        server.stop()
+        worker.stop()
