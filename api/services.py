@@ -5,9 +5,10 @@ from __future__ import annotations
 import threading
 from functools import cached_property
 
-import redis
 from celery import Celery
 from flask import current_app
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 
 from api.errors import ApiError
 from api.ratelimit import RateLimiter
@@ -16,6 +17,7 @@ from common.jobs import JobStore
 from common.keys import Keys
 from common.models import ModelRef, ModelUnavailable, resolve_model
 from common.prompting import PromptBuilder
+from common.redis_client import redis_client
 from common.settings import Settings
 
 
@@ -23,9 +25,11 @@ class Services:
     def __init__(self, settings: Settings):
         self.settings = settings
         self.keys = Keys(settings.namespace)
-        self.redis = redis.Redis.from_url(settings.redis_url, decode_responses=True,
-                                          socket_connect_timeout=2, socket_timeout=30,
-                                          health_check_interval=30, max_connections=512)
+        # Few, short retries: a blip is absorbed, but while Redis is down or a Sentinel failover is
+        # under way a request gets its 503 + Retry-After within a second instead of hanging.
+        self.redis = redis_client(settings, decode_responses=True, socket_connect_timeout=2,
+                                  socket_timeout=30, health_check_interval=30, max_connections=512,
+                                  retry=Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), 3))
         self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen)
         self.limits = RateLimiter(self.redis, self.keys, settings)
         self._lock = threading.Lock()

@@ -6,6 +6,7 @@ import uuid
 from celery import Celery
 
 from common.keys import Keys
+from common.redis_client import broker_url, sentinel_transport_options
 from common.schemas import PRIORITY_LEVELS
 from common.settings import Settings, get_settings
 
@@ -31,8 +32,10 @@ def make_celery(settings: Settings) -> Celery:
         "global_keyprefix": Keys(settings.namespace).broker_prefix,
         "queue_order_strategy": "priority",
         "priority_steps": sorted(set(PRIORITY_LEVELS.values())),
+        **sentinel_transport_options(settings),
     }
-    app = Celery("llmq", broker=settings.redis_url, backend=settings.redis_url)
+    url = broker_url(settings)  # `sentinel://` URLs when Sentinel is configured
+    app = Celery("llmq", broker=url, backend=url)
     app.conf.update(
         broker_transport_options=transport,
         result_backend_transport_options=transport,

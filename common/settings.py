@@ -18,6 +18,10 @@ class Settings(BaseSettings):
 
     # Redis / Celery
     redis_url: str = "redis://127.0.0.1:6379/0"
+    redis_sentinels: str = Field(
+        "", description="'host:port,host:port' of Redis Sentinels; set: every client follows the "
+                        "master they name (redis_url then gives only the db number and password)")
+    redis_master_name: str = Field("llmq", description="the master's name in the sentinels' config")
     namespace: str = Field("llmq", description="prefix of every Redis key, queue and channel")
     visibility_timeout_s: int = Field(
         120, description="Redis broker redelivery delay for jobs of a lost worker; live workers "

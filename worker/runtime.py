@@ -17,6 +17,7 @@ import torch
 from common.jobs import JobStore
 from common.keys import Keys
 from common.models import ModelRef, resolve_model
+from common.redis_client import redis_client
 from common.settings import Settings
 from worker.engine.engine import LLMEngine
 from worker.engine.loop import EngineLoop
@@ -35,9 +36,8 @@ class WorkerRuntime:
         self.engine_kind = engine_kind
         self.name = f"{socket.gethostname()}:{os.getpid()}"
         self.keys = Keys(settings.namespace)
-        self.redis = redis.Redis.from_url(settings.redis_url, decode_responses=True,
-                                          health_check_interval=30, socket_connect_timeout=5,
-                                          socket_timeout=10)
+        self.redis = redis_client(settings, decode_responses=True, health_check_interval=30,
+                                  socket_connect_timeout=5, socket_timeout=10)
         self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen)
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})

@@ -1,0 +1,73 @@
+"""The one place llmq connects to Redis: every client (job store and its Lua scripts, token logs
+and pub/sub, rate limits, cache, heartbeats) and the Celery broker/result URLs (workers, API,
+Flower) come from here, so a plain Redis and a Sentinel-managed one are one setting apart.
+
+With `LLMQ_REDIS_SENTINELS` set, clients ask the sentinels for the current master of
+`LLMQ_REDIS_MASTER_NAME` whenever they (re)connect, trying each sentinel in turn (a first sentinel
+that is down is skipped, the trap of celery#5538). After a failover:
+- a connection to the dead master fails; redis-py retries the command on a new connection, which
+  asks the sentinels again and reaches the promoted replica;
+- a connection to a demoted master that came back as a replica answers writes with READONLY;
+  redis-py's sentinel connection turns that into a connection error, drops the connection and
+  retries the same way;
+- while no master is known yet, commands fail with a `redis.ConnectionError` subclass, which the
+  API answers with 503 + Retry-After and workers ride out like any Redis outage.
+`LLMQ_REDIS_URL` still gives the database number and password; its host and port are then unused.
+"""
+from __future__ import annotations
+
+from urllib.parse import quote, urlparse
+
+import redis
+from redis.sentinel import Sentinel
+
+from common.settings import Settings
+
+SENTINEL_TIMEOUT_S = 0.5  # a sentinel that does not answer within this is skipped
+
+
+def sentinel_addresses(settings: Settings) -> list[tuple[str, int]]:
+    """`LLMQ_REDIS_SENTINELS` ("host:port,host:port") as (host, port) pairs; empty: no Sentinel."""
+    pairs = []
+    for item in filter(None, (part.strip() for part in settings.redis_sentinels.split(","))):
+        host, _, port = item.rpartition(":")
+        pairs.append((host or item, int(port) if host else 26379))
+    return pairs
+
+
+def _db_and_auth(settings: Settings) -> dict:
+    url = urlparse(settings.redis_url)
+    db = int(url.path.lstrip("/") or 0)
+    return {"db": db, "username": url.username or None, "password": url.password or None}
+
+
+def redis_client(settings: Settings, **options) -> redis.Redis:
+    """A Redis client for llmq's data, following the master when Sentinel is configured. `options`
+    are redis-py's (decode_responses, timeouts, health_check_interval, max_connections ...)."""
+    sentinels = sentinel_addresses(settings)
+    if not sentinels:
+        return redis.Redis.from_url(settings.redis_url, **options)
+    timeouts = {"socket_timeout": SENTINEL_TIMEOUT_S, "socket_connect_timeout": SENTINEL_TIMEOUT_S}
+    manager = Sentinel(sentinels, sentinel_kwargs=timeouts)
+    return manager.master_for(settings.redis_master_name, redis_class=redis.Redis,
+                              **_db_and_auth(settings), **options)
+
+
+def broker_url(settings: Settings) -> str:
+    """Celery's broker and result-backend URL: `LLMQ_REDIS_URL`, or one `sentinel://` URL per
+    sentinel (kombu tries them in turn; the master's name is a transport option)."""
+    sentinels = sentinel_addresses(settings)
+    if not sentinels:
+        return settings.redis_url
+    auth = _db_and_auth(settings)
+    login = f"{quote(auth['username'] or '')}:{quote(auth['password'])}@" if auth["password"] else ""
+    return ";".join(f"sentinel://{login}{host}:{port}/{auth['db']}" for host, port in sentinels)
+
+
+def sentinel_transport_options(settings: Settings) -> dict:
+    """What kombu's and Celery's Sentinel transports need beside the URL (nothing without Sentinel)."""
+    if not settings.redis_sentinels:
+        return {}
+    return {"master_name": settings.redis_master_name,
+            "sentinel_kwargs": {"socket_timeout": SENTINEL_TIMEOUT_S,
+                                "socket_connect_timeout": SENTINEL_TIMEOUT_S}}

@@ -1,0 +1,87 @@
+"""Every Redis client llmq makes follows a Sentinel-managed master: redis-py clients and the Celery
+broker skip a first sentinel that is down and move to the new master after a switch, including
+off a demoted master that still answers (READONLY); Flower reads the queues through the sentinels.
+(The failover under a running stack is `tests/test_failover.py`.)"""
+import subprocess
+import sys
+import time
+
+import pytest
+import redis
+import requests
+
+from bench.redis_ha import MASTER_NAME, RedisGroup
+from common.celery_app import make_celery
+from common.keys import Keys
+from common.redis_client import broker_url, redis_client, sentinel_addresses
+from tests.conftest import ROOT, free_port, make_settings, redis_port, settings_env
+
+
+def test_sentinel_setting_parses_to_addresses_and_broker_urls():
+    settings = make_settings(redis_url="redis://:s3cret@ignored:1/4",
+                             redis_sentinels="10.0.0.1:26379, sentinel-b ,10.0.0.3:26400")
+    assert sentinel_addresses(settings) == [("10.0.0.1", 26379), ("sentinel-b", 26379), ("10.0.0.3", 26400)]
+    assert broker_url(settings) == ("sentinel://:s3cret@10.0.0.1:26379/4;sentinel://:s3cret@sentinel-b:26379/4;"
+                                    "sentinel://:s3cret@10.0.0.3:26400/4")
+    assert broker_url(make_settings()) == make_settings().redis_url  # no sentinels: the plain URL
+
+
+@pytest.fixture(scope="module")
+def group(tmp_path_factory):
+    group = RedisGroup(tmp_path_factory.mktemp("ha"), redis_port)
+    group.start()
+    yield group
+    group.stop()
+
+
+@pytest.mark.slow
+def test_clients_skip_a_dead_first_sentinel_and_leave_a_demoted_master(group):
+    nobody = free_port()  # the first sentinel listed is down
+    settings = make_settings(redis_url="redis://unused:0/0",
+                             redis_sentinels=f"127.0.0.1:{nobody},{group.sentinels_setting}")
+    client = redis_client(settings, decode_responses=True)
+    celery = make_celery(settings)
+    queue = f"{settings.namespace}.q"
+    client.set(f"{settings.namespace}:k", "before")
+    celery.send_task("llmq.noop", queue=queue)
+
+    old = group.master_port()  # a switch that leaves the old master up, as a replica
+    redis.Redis(port=group.live_sentinels()[0]).execute_command("SENTINEL", "FAILOVER", MASTER_NAME)
+    new = group.wait_failover(old)
+    deadline = time.monotonic() + 20
+    while redis.Redis(port=old).info("replication")["role"] != "slave":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    with pytest.raises(redis.ReadOnlyError):
+        redis.Redis(port=old).set("x", "1")  # what a connection left on it gets for a write
+
+    client.set(f"{settings.namespace}:k", "after")  # the pooled connection to the old master: READONLY, retried
+    celery.send_task("llmq.noop", queue=queue)
+    on_new = redis.Redis(port=new, decode_responses=True)
+    assert on_new.get(f"{settings.namespace}:k") == "after"
+    assert sum(on_new.llen(key) for key in Keys(settings.namespace).broker_lists(queue)) == 2
+
+
+@pytest.mark.slow
+def test_flower_reads_queues_through_the_sentinels(group, tmp_path):
+    settings = make_settings(redis_url="redis://unused:0/0", redis_sentinels=group.sentinels_setting)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "celery", "-A", "common.celery_app", "flower",
+                             f"--port={port}", "--address=127.0.0.1"], cwd=ROOT,
+                            env=settings_env(settings) | {"FLOWER_UNAUTHENTICATED_API": "true"},
+                            stdout=open(tmp_path / "flower.log", "w"), stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                resp = requests.get(f"http://127.0.0.1:{port}/api/queues/length", timeout=5)
+                if resp.status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, (tmp_path / "flower.log").read_text()[-3000:]
+            time.sleep(0.5)
+        assert "active_queues" in resp.json()
+    finally:
+        proc.terminate()
+        proc.wait(30)
