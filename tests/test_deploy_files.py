@@ -21,11 +21,17 @@ def compose():
 
 def test_services_healthchecks_and_profiles(compose):
     services = compose["services"]
-    assert set(services) == {"redis", "api", "worker-cpu", "worker-gpu", "flower"}
+    ha = {"redis-replica", "sentinel-1", "sentinel-2", "sentinel-3"}
+    assert set(services) == {"redis", "api", "worker-cpu", "worker-gpu", "flower"} | ha
     assert all("healthcheck" in svc for svc in services.values())
     assert services["worker-gpu"]["profiles"] == ["gpu"]
-    assert all("profiles" not in svc for name, svc in services.items() if name != "worker-gpu")
-    assert "noeviction" in services["redis"]["command"]
+    assert all(services[name]["profiles"] == ["ha"] for name in ha)
+    assert all("profiles" not in svc for name, svc in services.items() if name not in ha | {"worker-gpu"})
+    for name in ("redis", "redis-replica"):  # durable, and never evicting queued jobs
+        assert {"noeviction", "--appendonly", "everysec"} <= set(services[name]["command"]), name
+    assert "--replicaof" in services["redis-replica"]["command"]
+    for name in ("sentinel-1", "sentinel-2", "sentinel-3"):
+        assert "sentinel monitor llmq redis 6379 2" in services[name]["command"][-1]
     api_cmd = " ".join(services["api"]["command"])
     assert "gunicorn" in api_cmd and "gthread" in api_cmd and "api.wsgi:app" in api_cmd
     assert "flower" in services["flower"]["command"]
@@ -63,7 +69,7 @@ def _compose_cli() -> list[str] | None:
     return None
 
 
-@pytest.mark.parametrize("profile", [None, "gpu"])
+@pytest.mark.parametrize("profile", [None, "gpu", "ha"])
 def test_docker_compose_config_validates(profile):
     cli = _compose_cli()
     if cli is None:
