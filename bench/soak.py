@@ -3,6 +3,7 @@
     python bench/soak.py                         # 64 clients for 120 s on a stack of its own
     python bench/soak.py --clients 16 --duration 20
     python bench/soak.py --url http://127.0.0.1:8000 --api-pid P --worker-pid Q
+    python bench/soak.py --chaos --duration 300     # the chaos soak (below)
 
 Without --url it starts its own stack on loopback: a private redis-server on a free port, one
 worker (`python -m worker`) and the API under gunicorn, and stops them at the end. Each client
@@ -11,10 +12,22 @@ end, or stream a little, drop the connection and resume with Last-Event-ID, or c
 random delay, or poll it. Some requests repeat a deterministic prompt, so the result cache answers
 them. When time is up, clients follow their last job to its end; then every job is read back.
 
-Reported: submitted / completed / cancelled / failed (failed must be 0, and completed + cancelled
-must equal submitted: nothing lost), requests refused with 429, client-side errors, SSE resumes
-checked, and the RSS of the API and worker processes (and Redis clients) before and after.
-Exit status 1 if the accounting does not hold. Loopback only: it refuses any other host.
+Streaming clients follow their job to `done` across broken streams (resuming with Last-Event-ID,
+dropping their text on `restart`) and compare what they assembled with the job's record; at the end
+every succeeded job is also replayed from the start and compared. Submissions and reads answered
+503 are retried after Retry-After.
+
+Reported: submitted = succeeded + cancelled + failed + lost (lost: unknown or never ended; must be
+0), failed must be 0 (each failure is listed with its reason), answers with duplicated or missing
+text (must be 0), requests refused with 429/503, client-side errors, and the memory of every process
+(and Redis clients) at the start and end. Exit status 1 if the accounting does not hold.
+Loopback only: it refuses any other host.
+
+`--chaos` adds faults on its own stack: Redis as a Sentinel group (master, replica, three
+sentinels), `--workers 2`, a kill -9 of a random worker every 30-60 s (`--kill-every`), restarted
+at once, and one master failover in the middle (`--failover-at`). Jobs of a killed worker are
+redelivered and redone (their streams carry a `restart`), so with chaos `failed` may hold jobs that
+hit `LLMQ_MAX_ATTEMPTS`; each is listed with its reason.
 """
 from __future__ import annotations
 
@@ -41,7 +54,9 @@ import requests
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from common.sseclient import iter_sse  # noqa: E402
+from bench.chaos import Chaos  # noqa: E402
+from bench.redis_ha import RedisGroup  # noqa: E402
+from common.sseclient import follow_job, iter_sse  # noqa: E402
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 TOPICS = ["the sea", "bread", "a small town", "winter", "bees", "trains", "the moon", "a garden",
@@ -57,9 +72,11 @@ def free_port() -> int:
 class OwnStack:
     """redis-server + worker + gunicorn API, all on 127.0.0.1, in a temporary folder."""
 
-    def __init__(self, workers: int, max_batch: int, api_threads: int):
+    def __init__(self, workers: int, max_batch: int, api_threads: int, ha: bool = False,
+                 redis_ports: str | None = None):
         self.dir = Path(tempfile.mkdtemp(prefix="llmq-soak-"))
-        self.redis_port, self.api_port = free_port(), free_port()
+        self.next_port = port_picker(redis_ports)
+        self.redis_port, self.api_port = self.next_port(), free_port()
         self.url = f"http://127.0.0.1:{self.api_port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLMQ_")}
         env.update({k: v for k, v in os.environ.items() if k.startswith("LLMQ_")})
@@ -67,19 +84,42 @@ class OwnStack:
                    LLMQ_NAMESPACE=f"soak-{uuid.uuid4().hex[:6]}", LLMQ_MAX_BATCH_SIZE=str(max_batch),
                    LLMQ_MODEL=os.environ.get("LLMQ_MODEL", "embedded"), LLMQ_MAX_QUEUE="10000",
                    HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
-        self.redis_url = env["LLMQ_REDIS_URL"]
         self.procs: dict[str, subprocess.Popen] = {}
-        self._spawn("redis", [shutil.which("redis-server"), "--port", str(self.redis_port), "--bind",
-                              "127.0.0.1", "--save", "", "--appendonly", "no",
-                              "--maxmemory-policy", "noeviction", "--dir", str(self.dir)], env)
+        self.redis_group = None
+        if ha:  # workers lose jobs to kill -9: redeliver them within seconds, not minutes
+            self.redis_group = RedisGroup(self.dir / "redis", self.next_port)
+            self.redis_group.start()
+            env.update(LLMQ_REDIS_SENTINELS=self.redis_group.sentinels_setting,
+                       LLMQ_VISIBILITY_TIMEOUT_S="10", LLMQ_BROKER_RESTORE_INTERVAL_S="1",
+                       LLMQ_HEARTBEAT_S="1")
+        else:
+            self._spawn("redis", [shutil.which("redis-server"), "--port", str(self.redis_port), "--bind",
+                                  "127.0.0.1", "--save", "", "--appendonly", "yes", "--appendfsync",
+                                  "everysec", "--maxmemory-policy", "noeviction", "--dir", str(self.dir)], env)
+        self.env = env
         for i in range(workers):
-            self._spawn(f"worker{i}", [sys.executable, "-m", "worker", "--name", f"soak{i}@%h"], env)
+            self.start_worker(f"worker{i}")
         self._spawn("api", [sys.executable, "-m", "gunicorn", "-k", "gthread", "--threads",
                             str(api_threads), "-w", "1", "-b", f"127.0.0.1:{self.api_port}",
                             "--timeout", "300", "api.wsgi:app"], env)
 
+    @property
+    def redis_url(self) -> str:
+        port = self.redis_group.master_port() if self.redis_group else self.redis_port
+        return f"redis://127.0.0.1:{port}/0"
+
+    def worker_names(self) -> list[str]:
+        return [n for n in self.procs if n.startswith("worker")]
+
+    def start_worker(self, name: str) -> None:
+        self._spawn(name, [sys.executable, "-m", "worker", "--name", f"soak-{name}@%h"], self.env)
+
+    def kill_worker(self, name: str) -> None:
+        self.procs[name].kill()
+        self.procs[name].wait(30)
+
     def _spawn(self, name: str, cmd: list[str], env: dict) -> None:
-        log = open(self.dir / f"{name}.log", "w")
+        log = open(self.dir / f"{name}.log", "a")
         self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout: float = 300) -> None:
@@ -97,19 +137,43 @@ class OwnStack:
         raise TimeoutError(f"stack not ready; logs in {self.dir}")
 
     def pids(self) -> dict[str, int]:
-        return {"api": self.procs["api"].pid,
-                **{n: p.pid for n, p in self.procs.items() if n.startswith("worker")}}
+        """Every process of the stack by name (a restarted one keeps its name)."""
+        pids = {n: p.pid for n, p in self.procs.items() if p.poll() is None}
+        return {**pids, **(self.redis_group.pids() if self.redis_group else {})}
 
-    def stop(self) -> None:
-        for name in ("api", *[n for n in self.procs if n.startswith("worker")], "redis"):
-            proc = self.procs[name]
-            if proc.poll() is None:
+    def stop(self, keep_logs: bool = False) -> None:
+        for name in ("api", *self.worker_names(), "redis"):
+            proc = self.procs.get(name)
+            if proc and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
                 try:
                     proc.wait(30)
                 except subprocess.TimeoutExpired:
                     proc.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if self.redis_group:
+            self.redis_group.stop()
+        if keep_logs:
+            print(f"logs kept in {self.dir}", file=sys.stderr)
+        else:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def port_picker(span: str | None):
+    """Ports for the Redis servers and sentinels: from "first-last" if given, else any free port."""
+    if not span:
+        return free_port
+    ports = iter(range(int(span.split("-")[0]), int(span.split("-")[1]) + 1))
+
+    def next_port() -> int:
+        for port in ports:
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                    return port
+                except OSError:
+                    continue
+        raise RuntimeError(f"no free port left in {span}")
+    return next_port
 
 
 def rss_mb(pid: int) -> float:
@@ -129,6 +193,7 @@ class Soak:
         self.counts: Counter[str] = Counter()
         self.jobs: dict[str, str] = {}  # job id -> final status seen by its client
         self.stop_at = time.monotonic() + args.duration
+        self.bad_answers: list[dict] = []
 
     # --- one client --------------------------------------------------------------------------
     def client(self, n: int) -> None:
@@ -153,9 +218,9 @@ class Soak:
         if repeat:
             body.update(max_tokens=16, temperature=0, seed=None)
         resp = requests.post(f"{self.url}/v1/jobs", json=body, timeout=30)
-        if resp.status_code == 429:
-            self.count("rejected_429")
-            time.sleep(float(resp.headers.get("Retry-After", "1")))
+        if resp.status_code in (429, 503):  # queue full, or Redis switching masters: come back later
+            self.count(f"refused_{resp.status_code}")
+            time.sleep(min(float(resp.headers.get("Retry-After", "1")), 5))
             return
         if resp.status_code not in (200, 202):
             self.count(f"http_{resp.status_code}")
@@ -172,43 +237,46 @@ class Soak:
         if action == "cancel":
             time.sleep(rng.uniform(0, 2))
             requests.delete(f"{self.url}/v1/jobs/{job['id']}", timeout=30)
-            final = self.poll(job["id"])
-        elif action == "disconnect":
-            first = self.stream(job["id"], stop_after=rng.randint(1, 4))
-            time.sleep(rng.uniform(0, 1))
-            last_id = next((e.id for e in reversed(first) if e.id), None)
-            rest = self.stream(job["id"], last_event_id=last_id)
-            self.check_resume(first, rest)
-            final = self.poll(job["id"])
-        elif action == "stream":
-            self.stream(job["id"])
-            final = self.poll(job["id"])
-        else:
-            final = self.poll(job["id"])
+        elif action in ("stream", "disconnect"):  # a disconnecting client drops and resumes
+            answer = follow_job(self.url, job["id"], timeout=self.args.drain,
+                                stop_after_chunks=rng.randint(1, 4) if action == "disconnect" else None)
+        final = self.poll(job["id"])
+        if action in ("stream", "disconnect"):
+            self.check_answer(answer, final)
         with self.lock:
-            self.jobs[job["id"]] = final["status"]
+            self.jobs[job["id"]] = final.get("status", "unknown")
 
-    def stream(self, job_id: str, last_event_id: str | None = None, stop_after: int | None = None):
-        headers = {"Last-Event-ID": last_event_id} if last_event_id else {}
-        events = []
-        with requests.get(f"{self.url}/v1/jobs/{job_id}/events", headers=headers, stream=True,
-                          timeout=(10, 120)) as resp:
-            for event in iter_sse(resp.iter_lines()):
-                events.append(event)
-                if event.event == "done" or (stop_after and len(events) >= stop_after):
-                    break  # leaving the `with` drops the connection mid-stream
-        return events
+    def check_answer(self, answer, final: dict) -> None:
+        """What the client assembled from the stream is the job's answer: nothing twice, nothing missing."""
+        if answer.reconnects:
+            self.count("streams_resumed")
+        if answer.restarts:
+            self.count("streams_with_restart")
+        if final.get("status") != "succeeded" or answer.done is None:
+            return
+        ok = answer.text == final["text"] and not answer.out_of_order
+        self.count("answers_ok" if ok else "answers_bad")
+        if not ok:
+            with self.lock:
+                self.bad_answers.append({"id": final["id"], "streamed": answer.text, "record": final["text"],
+                                         "out_of_order": answer.out_of_order})
 
-    def check_resume(self, first, rest) -> None:
-        """After a resume, chunk indices go on from where the first connection stopped."""
-        if first and first[-1].event == "chunk" and rest and rest[0].event == "chunk":
-            ok = rest[0].json()["index"] == first[-1].json()["index"] + 1
-            self.count("resumes_ok" if ok else "resumes_bad")
+    def get_job(self, job_id: str) -> dict:
+        """The job record, reading through 503s (a Redis switch) and dropped connections."""
+        for _ in range(120):
+            try:
+                resp = requests.get(f"{self.url}/v1/jobs/{job_id}", timeout=30)
+                if resp.status_code in (200, 404):
+                    return resp.json() if resp.status_code == 200 else {"status": "missing"}
+            except requests.RequestException:
+                pass
+            time.sleep(0.5)
+        return {"status": "unreachable"}
 
     def poll(self, job_id: str) -> dict:
         deadline = time.monotonic() + self.args.drain
         while time.monotonic() < deadline:
-            job = requests.get(f"{self.url}/v1/jobs/{job_id}", timeout=30).json()
+            job = self.get_job(job_id)
             if job["status"] not in ("queued", "running"):
                 return job
             time.sleep(0.25)
@@ -233,28 +301,39 @@ class Soak:
         return self.reconcile()
 
     def reconcile(self) -> dict:
-        """Read every submitted job back: each must have ended, completed or cancelled."""
+        """Read every submitted job back: each must have ended; a succeeded one's log, replayed
+        from the start, must give exactly its text."""
         outcome: Counter[str] = Counter()
-        failures = []
+        failures, lost, replay_bad = [], [], []
         for job_id in list(self.jobs):
-            job = requests.get(f"{self.url}/v1/jobs/{job_id}", timeout=30).json()
+            job = self.get_job(job_id)
             status = job.get("status", "missing")
-            key = {"succeeded": "completed", "cancelled": "cancelled"}.get(status, "failed")
+            key = status if status in ("succeeded", "cancelled", "failed", "expired") else "lost"
             outcome[key] += 1
-            if key == "failed":
-                failures.append({"id": job_id, "status": status, "error": job.get("error")})
-        return {"submitted": len(self.jobs), "completed": outcome["completed"],
-                "cancelled": outcome["cancelled"], "failed": outcome["failed"],
-                "failures": failures[:10], "client_counts": dict(sorted(self.counts.items()))}
+            if key in ("failed", "expired"):
+                failures.append({"id": job_id, "status": status, "error": job.get("error"),
+                                 "attempts": job.get("attempts")})
+            elif key == "lost":
+                lost.append({"id": job_id, "status": status})
+            elif key == "succeeded":
+                replay = follow_job(self.url, job_id, timeout=60)
+                if replay.text != job["text"] or replay.out_of_order:
+                    replay_bad.append({"id": job_id, "replayed": replay.text, "record": job["text"]})
+        return {"submitted": len(self.jobs), "succeeded": outcome["succeeded"],
+                "cancelled": outcome["cancelled"], "failed": outcome["failed"] + outcome["expired"],
+                "lost": outcome["lost"], "failures": failures, "lost_jobs": lost[:10],
+                "answers_bad": len(self.bad_answers) + len(replay_bad),
+                "bad_answers": (self.bad_answers + replay_bad)[:5],
+                "client_counts": dict(sorted(self.counts.items()))}
 
 
 class Sampler(threading.Thread):
     """Memory and Redis connections every few seconds while the soak runs: a leak climbs, a
     pool or allocator that warms up levels off."""
 
-    def __init__(self, pids: dict[str, int], redis_url: str | None, every_s: float = 5):
+    def __init__(self, pids, redis_url, every_s: float = 5):
         super().__init__(daemon=True)
-        self.pids, self.redis_url, self.every_s = pids, redis_url, every_s
+        self.pids, self.redis_url, self.every_s = pids, redis_url, every_s  # callables: they change
         self.samples: list[dict] = []
         self.done = threading.Event()
 
@@ -262,8 +341,8 @@ class Sampler(threading.Thread):
         started = time.monotonic()
         while not self.done.wait(self.every_s):
             self.samples.append({"t": round(time.monotonic() - started),
-                                 **{n: rss_mb(p) for n, p in self.pids.items()},
-                                 "redis_clients": redis_clients(self.redis_url)})
+                                 **{n: rss_mb(p) for n, p in self.pids().items()},
+                                 "redis_clients": redis_clients(self.redis_url())})
 
 
 def redis_clients(redis_url: str | None) -> int | None:
@@ -271,20 +350,29 @@ def redis_clients(redis_url: str | None) -> int | None:
         return None
     import redis
 
-    return redis.Redis.from_url(redis_url).info("clients")["connected_clients"]
+    try:
+        return redis.Redis.from_url(redis_url).info("clients")["connected_clients"]
+    except redis.RedisError:
+        return None
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=64)
-    parser.add_argument("--duration", type=float, default=120, help="seconds of submitting")
+    parser.add_argument("--duration", type=float, default=None,
+                        help="seconds of submitting (default 120; 300 with --chaos)")
     parser.add_argument("--max-jobs", type=int, default=100_000, help="stop submitting after this many")
     parser.add_argument("--drain", type=float, default=600, help="seconds to wait for the last jobs")
     parser.add_argument("--max-tokens", type=int, default=48, help="largest max_tokens asked")
     parser.add_argument("--cancel-rate", type=float, default=0.15)
     parser.add_argument("--disconnect-rate", type=float, default=0.15)
-    parser.add_argument("--workers", type=int, default=1, help="workers of the own stack")
+    parser.add_argument("--workers", type=int, default=None, help="workers of the own stack (1; 2 with --chaos)")
     parser.add_argument("--max-batch", type=int, default=16, help="the own stack's engine batch")
+    parser.add_argument("--chaos", action="store_true", help="Sentinel-managed Redis, worker kills, a failover")
+    parser.add_argument("--kill-every", default="30-60", help="with --chaos: seconds between worker kills")
+    parser.add_argument("--failover-at", type=float, help="with --chaos: seconds in (default: half the duration)")
+    parser.add_argument("--redis-ports", help="'first-last': ports for the own Redis servers and sentinels")
+    parser.add_argument("--keep-logs", action="store_true", help="keep the own stack's logs")
     parser.add_argument("--url", help="target a running API instead (loopback only)")
     parser.add_argument("--api-pid", type=int, help="with --url: the API's pid, for its memory")
     parser.add_argument("--worker-pid", type=int, action="append", default=[], help="with --url")
@@ -293,63 +381,91 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the report as JSON only")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args(argv)
+    args.duration = args.duration if args.duration is not None else (300 if args.chaos else 120)
+    args.workers = args.workers or (2 if args.chaos else 1)
 
-    stack = None
+    stack = chaos = None
     if args.url:
         if urlparse(args.url).hostname not in LOOPBACK:
             parser.error("--url must point at this machine (127.0.0.1, localhost or ::1)")
-        url, redis_url = args.url.rstrip("/"), args.redis_url
-        pids = {"api": args.api_pid, **{f"worker{i}": p for i, p in enumerate(args.worker_pid)}}
-        pids = {k: v for k, v in pids.items() if v}
+        if args.chaos:
+            parser.error("--chaos needs the soak's own stack (no --url)")
+        url = args.url.rstrip("/")
+        fixed = {"api": args.api_pid, **{f"worker{i}": p for i, p in enumerate(args.worker_pid)}}
+        fixed = {k: v for k, v in fixed.items() if v}
+        pids, redis_url = (lambda: fixed), (lambda: args.redis_url)
     else:
-        stack = OwnStack(args.workers, args.max_batch, api_threads=max(64, 2 * args.clients + 16))
-        url, redis_url, pids = stack.url, stack.redis_url, {}
+        stack = OwnStack(args.workers, args.max_batch, api_threads=max(64, 2 * args.clients + 16),
+                         ha=args.chaos, redis_ports=args.redis_ports)
+        url, pids, redis_url = stack.url, stack.pids, (lambda: stack.redis_url)
     try:
         if stack:
             stack.wait_ready()
-            pids = stack.pids()
             requests.post(f"{url}/v1/jobs", json={"prompt": "warm up", "max_tokens": 4, "cache": False},
                           timeout=30)  # first request loads the tokenizer in the API
             time.sleep(2)
-        before = {name: rss_mb(pid) for name, pid in pids.items()}
-        clients_before = redis_clients(redis_url)
+        before = {name: rss_mb(pid) for name, pid in pids().items()}
+        clients_before = redis_clients(redis_url())
         started = time.monotonic()
         sampler = Sampler(pids, redis_url)
         sampler.start()
-        report = Soak(url, args).run()
+        soak = Soak(url, args)
+        if args.chaos:
+            low, high = map(float, args.kill_every.split("-"))
+            failover_at = args.failover_at if args.failover_at is not None else args.duration / 2
+            chaos = Chaos(stack, (low, high), failover_at, soak.stop_at, seed=args.seed)
+            chaos.start()
+        report = soak.run()
         elapsed = time.monotonic() - started
+        if chaos:
+            chaos.done.set()
+            chaos.join(90)
         time.sleep(2)  # let dropped SSE connections be noticed
         sampler.done.set()
         report.update(
             clients=args.clients, duration_s=args.duration, wall_s=round(elapsed, 1),
-            rss_mb_before=before, rss_mb_after={name: rss_mb(pid) for name, pid in pids.items()},
-            redis_clients_before=clients_before, redis_clients_after=redis_clients(redis_url),
-            samples=sampler.samples)
+            rss_mb_before=before, rss_mb_after={name: rss_mb(pid) for name, pid in pids().items()},
+            redis_clients_before=clients_before, redis_clients_after=redis_clients(redis_url()),
+            chaos=chaos.events if chaos else None, samples=sampler.samples)
     finally:
         if stack:
-            stack.stop()
-    return print_report(report, args.json)
+            stack.stop(keep_logs=args.keep_logs)
+    return print_report(report, args.json, strict=not args.chaos)
 
 
-def print_report(report: dict, as_json: bool) -> int:
-    ok = report["failed"] == 0 and report["completed"] + report["cancelled"] == report["submitted"]
+def print_report(report: dict, as_json: bool, strict: bool = True) -> int:
+    """OK: every submitted job is accounted for (succeeded + cancelled + failed), none lost, every
+    failure has a reason (and, without chaos, there is none), no answer with text twice or missing."""
+    accounted = report["succeeded"] + report["cancelled"] + report["failed"] == report["submitted"]
+    reasons = all(f.get("error") for f in report["failures"])
+    ok = (accounted and report["lost"] == 0 and reasons and report["answers_bad"] == 0
+          and (report["failed"] == 0 or not strict))
     report["ok"] = ok
     if as_json:
         print(json.dumps(report, indent=2))
-    else:
-        print(f"soak: {report['clients']} clients, {report['duration_s']:g} s of submitting "
-              f"({report['wall_s']:g} s with the drain)")
-        for key in ("submitted", "completed", "cancelled", "failed"):
-            print(f"  {key:<10} {report[key]}")
-        print(f"  client side {report['client_counts']}")
-        print(f"  memory MiB before {report['rss_mb_before']} after {report['rss_mb_after']}")
-        print(f"  redis clients before {report['redis_clients_before']} "
-              f"after {report['redis_clients_after']}; every 5 s during the run:")
-        for sample in report["samples"]:
-            print(f"    t={sample.pop('t'):>4}s {sample}")
-        print(f"  {'OK' if ok else 'FAILED'}: failed == 0 and completed + cancelled == submitted")
-        if report["failures"]:
-            print("  first failures:", json.dumps(report["failures"], indent=2))
+        return 0 if ok else 1
+    print(f"soak: {report['clients']} clients, {report['duration_s']:g} s of submitting "
+          f"({report['wall_s']:g} s with the drain)")
+    for key in ("submitted", "succeeded", "cancelled", "failed", "lost", "answers_bad"):
+        print(f"  {key:<11} {report[key]}")
+    for failure in report["failures"]:
+        print(f"    failed {failure['id']}: {failure['status']}, {failure['error']}, attempts {failure['attempts']}")
+    print(f"  client side {report['client_counts']}")
+    if report["chaos"]:
+        print("  chaos:")
+        for event in report["chaos"]:
+            print(f"    {event}")
+    print("  memory MiB, start -> end:")
+    for name in sorted(set(report["rss_mb_before"]) | set(report["rss_mb_after"])):
+        print(f"    {name:<16} {report['rss_mb_before'].get(name, '-')} -> {report['rss_mb_after'].get(name, '-')}")
+    print(f"  redis clients before {report['redis_clients_before']} "
+          f"after {report['redis_clients_after']}; every 5 s during the run:")
+    for sample in report["samples"]:
+        print(f"    t={sample.pop('t'):>4}s {sample}")
+    print(f"  {'OK' if ok else 'FAILED'}: submitted == succeeded + cancelled + failed, lost == 0, "
+          f"every failure has a reason{', failed == 0' if strict else ''}, answers_bad == 0")
+    if report["lost_jobs"] or report["bad_answers"]:
+        print("  lost:", json.dumps(report["lost_jobs"]), "bad answers:", json.dumps(report["bad_answers"], indent=2))
     return 0 if ok else 1
 
 

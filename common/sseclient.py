@@ -37,3 +37,62 @@ def iter_sse(lines: Iterable[str | bytes]) -> Iterator[SSEEvent]:
                 event = value
             elif name == "data":
                 data.append(value)
+
+
+@dataclass
+class FollowedAnswer:
+    """What a careful client ends with after following a job's stream (see `follow_job`)."""
+    text: str = ""
+    done: dict | None = None
+    restarts: int = 0
+    reconnects: int = 0
+    chunks: int = 0
+    out_of_order: list = None  # (expected index, received index): a chunk missing or sent twice
+    statuses: list = None  # non-200 answers met while reconnecting (503 during a Redis switch)
+
+    def __post_init__(self):
+        self.out_of_order, self.statuses = [], []
+
+
+def follow_job(base: str, job_id: str, timeout: float = 300, answer: FollowedAnswer | None = None,
+               stop_after_chunks: int | None = None) -> FollowedAnswer:
+    """Follow a job's SSE stream to its `done` as a client should: reconnect with `Last-Event-ID`
+    when the stream breaks (Redis outage or failover), drop the text on `restart`, and note any
+    chunk whose index is not the next one expected. `answer` (if given) is filled in as events
+    arrive, so another thread can watch progress; `stop_after_chunks` drops the connection early."""
+    import time
+
+    import requests
+
+    answer = answer or FollowedAnswer()
+    last_id, expected, deadline = None, 0, time.monotonic() + timeout
+    while answer.done is None and time.monotonic() < deadline:
+        try:
+            headers = {"Last-Event-ID": last_id} if last_id else {}
+            with requests.get(f"{base}/v1/jobs/{job_id}/events", headers=headers, stream=True,
+                              timeout=(10, 60)) as resp:
+                if resp.status_code != 200:
+                    answer.statuses.append(resp.status_code)
+                else:
+                    for event in iter_sse(resp.iter_lines()):
+                        last_id = event.id or last_id
+                        if event.event == "chunk":
+                            chunk = event.json()
+                            if chunk["index"] != expected:
+                                answer.out_of_order.append((expected, chunk["index"]))
+                            expected = chunk["index"] + 1
+                            answer.text += chunk["text"]
+                            answer.chunks += 1
+                            if stop_after_chunks and answer.chunks == stop_after_chunks:
+                                break  # a client that drops the connection mid-stream
+                        elif event.event == "restart":
+                            answer.text, expected = "", 0
+                            answer.restarts += 1
+                        elif event.event == "done":
+                            answer.done = event.json()
+                            return answer
+        except requests.RequestException:
+            pass
+        answer.reconnects += 1
+        time.sleep(0.3)
+    return answer
