@@ -76,7 +76,8 @@ class OwnStack:
                  redis_ports: str | None = None):
         self.dir = Path(tempfile.mkdtemp(prefix="llmq-soak-"))
         self.next_port = port_picker(redis_ports)
-        self.redis_port, self.api_port = self.next_port(), free_port()
+        self.redis_port = None if ha else self.next_port()
+        self.api_port = free_port()
         self.url = f"http://127.0.0.1:{self.api_port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLMQ_")}
         env.update({k: v for k, v in os.environ.items() if k.startswith("LLMQ_")})

@@ -25,7 +25,6 @@ ensure_venv() {
   [ -x "$PY" ] && return
   log "creating the project's virtual environment .venv"
   python3 -m venv .venv
-  "$PY" -m pip install -q --upgrade pip
 }
 
 install_torch() {  # pinned and first: this disk serves the CPU build of 2.13.0; a bare `torch` pulls CUDA
