@@ -38,6 +38,15 @@ def _job_request_schema(settings: Settings) -> dict[str, dict]:
         {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
         {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
     ]
+    # a webhook is an http(s) URL (whether its host is allowed is decided when it is resolved);
+    # `webhook_events` only comes with one
+    schema["properties"]["webhook"] = _nullable({"type": "string", "pattern": "^https?://[^\\s#]+$",
+                                                 "maxLength": 2048,
+                                                 "description": schema["properties"]["webhook"]["description"]})
+    schema["anyOf"] = [
+        {"properties": {"webhook_events": {"type": "null"}}},
+        {"required": ["webhook"], "properties": {"webhook": {"type": "string"}}},
+    ]
     return {**defs, "JobRequest": schema}
 
 

@@ -165,3 +165,19 @@ def test_job_event_data_carries_the_final_state():
                            "completion_tokens": 2, "finish_reason": "stop"})
     assert data["usage"] == {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}
     assert data["text"] == "hi" and data["status"] == "succeeded" and data["object"] == "job"
+
+
+def test_the_readme_receiver_snippet_verifies_a_real_signature():
+    """The verification code users copy from the README accepts llmq's signature with either
+    rotated secret, and refuses a tampered body."""
+    from tests.conftest import ROOT
+
+    readme = (ROOT / "README.md").read_text()
+    start = readme.index("import base64, hashlib, hmac, time")
+    namespace: dict = {}
+    exec(readme[start:readme.index("```", start)], namespace)
+    body, timestamp = b'{"type": "job.completed"}', int(time.time())
+    headers = {"webhook-id": "msg_1", "webhook-timestamp": str(timestamp),
+               "webhook-signature": sign(secret_keys(" ".join(WEBHOOK_SECRETS)), "msg_1", timestamp, body)}
+    assert all(namespace["verify"](secret, headers, body) for secret in WEBHOOK_SECRETS)
+    assert not namespace["verify"](WEBHOOK_SECRETS[0], headers, body + b" ")
