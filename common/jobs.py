@@ -454,18 +454,26 @@ class JobStore:
     def _notify(self, event: str, job_ids: list[str], record: dict[str, Any] | None = None,
                 followers_of: str | None = None) -> None:
         """Tell `on_event` about jobs that asked for a webhook (and about the followers of
-        `followers_of`). Never raises: a caller may be a write that must not be retried."""
+        `followers_of`); 'start' only for jobs now running. Never raises: a caller may be a
+        write that must not be retried. Jobs without a webhook cost one HMGET each."""
         if self.on_event is None:
             return
         try:
             if followers_of:
                 job_ids = [*job_ids, *self.r.smembers(self.keys.followers(followers_of))]
+            if record is None:
+                pipe = self.r.pipeline(transaction=False)
+                for job_id in job_ids:
+                    pipe.hmget(self.keys.job(job_id), "webhook", "status")
+                job_ids = [job_id for job_id, (url, status) in zip(job_ids, pipe.execute())
+                           if url and (event != "start" or status == JobStatus.RUNNING.value)]
         except redis.RedisError:
-            log.warning("could not list the followers of job %s for their webhooks", followers_of)
+            log.warning("could not read jobs %s for their %s webhooks", job_ids, event)
+            return
         for job_id in job_ids:
             try:
                 job = record or self.get(job_id)
-                if job and job.get("webhook") and (event != "start" or job["status"] == "running"):
+                if job and job.get("webhook"):
                     self.on_event(event, job)
             except Exception:
                 log.exception("job %s: could not queue its %s webhook", job_id, event)

@@ -160,3 +160,21 @@ def test_job_with_webhook_delivers_start_and_completed_with_the_text(live_api, c
     assert view["attempts"] == 1 and view["last_status_code"] == 200
     assert [d["type"] for d in view["deliveries"]] == ["job.start", "job.completed"]
     assert json.loads(completed["body"])["data"]["finish_reason"] in ("stop", "length")
+
+
+def test_cancelling_a_queued_job_delivers_completed_with_status_cancelled(settings, hooks, receiver):
+    """No model worker: the job waits in the queue; the API's cancel ends it and queues the event."""
+    from api import create_app
+
+    client = create_app(settings).test_client()
+    job = client.post("/v1/jobs", json={"prompt": "never runs", "webhook": receiver.url}).json
+    assert job["webhook"]["events"] == ["completed"]
+    assert client.delete(f"/v1/jobs/{job['id']}").status_code == 200
+    (request,) = receiver.wait_for(1)
+    payload = verify(request)
+    assert payload["type"] == "job.completed"
+    assert (payload["data"]["id"], payload["data"]["status"]) == (job["id"], "cancelled")
+    deadline = time.monotonic() + 10
+    while client.get(f"/v1/jobs/{job['id']}").json["webhook"]["state"] != "delivered":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

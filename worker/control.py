@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import os
 
+import redis
+
 from common.celery_app import TASK_DELIVER_WEBHOOK, make_celery
 from common.keys import Keys
 from common.logs import setup_logging
@@ -29,8 +31,6 @@ def control_queues(settings: Settings) -> list[str]:
 def sender():
     global _sender
     if _sender is None:
-        import redis
-
         from worker.webhook_sender import WebhookSender
 
         settings = get_settings()
@@ -40,10 +40,13 @@ def sender():
     return _sender
 
 
-@app.task(name=TASK_DELIVER_WEBHOOK, bind=True, max_retries=None, ignore_result=True)
+@app.task(name=TASK_DELIVER_WEBHOOK, bind=True, max_retries=None, ignore_result=True,
+          autoretry_for=(redis.RedisError,), retry_backoff=1, retry_backoff_max=60)
 def deliver_webhook(self, delivery_id: str, attempt: int) -> None:
     """Attempt `attempt` of a webhook delivery; a retry (or a hop of a long wait) is this task
-    again with a countdown: Celery holds it, no thread sleeps."""
+    again with a countdown: Celery holds it, no thread sleeps. Redis being away retries the same
+    attempt later (an attempt whose outcome could not be written may reach the receiver twice,
+    under the same webhook-id)."""
     following = sender().run(delivery_id, attempt)
     if following is not None:
         raise self.retry(args=[delivery_id, following.attempt], countdown=following.countdown)

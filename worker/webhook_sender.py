@@ -118,7 +118,7 @@ class WebhookSender:
         if delivery is None or delivery["state"] != PENDING or delivery["attempts"] != attempt - 1:
             return None
         wait = delivery["next_attempt_at"] - time.time()
-        if wait > 0.01:  # a hop of a long wait: not due yet
+        if wait > 0.05:  # a hop of a long wait (or a timer a little early): not due yet
             return Next(attempt, min(wait, max_countdown(self.settings)))
         outcome = self.post(delivery)
         return self._record(delivery, attempt, outcome)
