@@ -90,6 +90,16 @@ _JOB = {
         "estimated_start": {"type": "number", "description": "while queued: epoch seconds"},
         "estimated_finish": {"type": "number", "description": "while queued: epoch seconds"},
         "links": {"type": "object", "additionalProperties": {"type": "string"}},
+        "webhook": {"type": "object", "description": "only for a job that named a webhook",
+                    "required": ["url", "events", "state", "attempts", "deliveries"], "properties": {
+                        "url": {"type": "string"},
+                        "events": {"type": "array", "items": {"enum": ["start", "completed"]}},
+                        "state": {"enum": ["waiting", "pending", "delivered", "failed"],
+                                  "description": "the latest delivery's; waiting: no event yet"},
+                        "attempts": {"type": "integer"},
+                        "last_status_code": _nullable({"type": "integer"}),
+                        "last_error": _nullable({"type": "string"}),
+                        "deliveries": {"type": "array", "items": {"type": "object"}}}},
     },
 }
 

@@ -101,6 +101,14 @@ def test_410_stops_for_good(hooks, receiver):
     assert len(receiver.requests) == 1
 
 
+def test_a_redirect_is_a_failed_attempt_and_not_followed(hooks, receiver):
+    receiver.script((307, {"Location": receiver.url + "/elsewhere"}, 0))
+    delivery_id = hooks.enqueue("subject-r", "job.completed", {}, receiver.url)
+    delivery = wait_for_state(hooks, delivery_id)
+    assert (delivery["state"], delivery["attempts"]) == ("delivered", 2)
+    assert [r["path"] for r in receiver.requests] == ["/hook", "/hook"]
+
+
 def test_a_timeout_is_a_failed_attempt(hooks, receiver):
     receiver.script((200, {}, 3.0))  # answers after the 1 s timeout
     delivery_id = hooks.enqueue("subject-e", "job.completed", {}, receiver.url)

@@ -10,7 +10,7 @@ PORTS = range(8300, 8400)  # the ports this project's tests may listen on
 
 class Receiver:
     """`script(...)` sets the answers, in order, as (status, headers, delay_s); once they run out
-    every request gets 200. `requests` holds {'headers', 'body', 'at'} per request received."""
+    every request gets 200. `requests` holds {'headers', 'body', 'path', 'at'} per request received."""
 
     def __init__(self):
         self.requests: list[dict] = []
@@ -28,7 +28,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 with receiver._lock:
                     receiver.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()},
-                                              "body": body, "at": time.monotonic()})
+                                              "body": body, "path": self.path, "at": time.monotonic()})
                     status, headers, delay = receiver._script.pop(0) if receiver._script else (200, {}, 0)
                     receiver._lock.notify_all()
                 time.sleep(delay)
