@@ -14,6 +14,7 @@ from api.submit import submit_job
 from api.views import job_view
 from common.jobs import is_overdue
 from common.schemas import JobRequest
+from common.webhooks import job_events as webhook_events
 
 bp = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
 
@@ -49,7 +50,7 @@ def create_job():
         response = sse_response(job_event_stream(services(), record["id"], None))
         response.headers["X-Job-Id"] = record["id"]
     else:
-        response = jsonify({**job_view(record), **queue_eta(services(), record)})
+        response = jsonify({**_full_view(record), **queue_eta(services(), record)})
         response.status_code = status
     response.headers["Location"] = url_for("jobs.get_job", job_id=record["id"])
     return response
@@ -58,7 +59,15 @@ def create_job():
 @bp.get("/<job_id>")
 def get_job(job_id: str):
     record = _record_or_404(job_id)
-    return jsonify({**job_view(record), **queue_eta(services(), record)})
+    return jsonify({**_full_view(record), **queue_eta(services(), record)})
+
+
+def _full_view(record: dict) -> dict:
+    """The job, with its webhook deliveries when it asked for a webhook."""
+    view = job_view(record)
+    if record.get("webhook"):
+        view["webhook"] = services().webhooks.view(record["id"], record["webhook"], webhook_events(record))
+    return view
 
 
 @bp.get("/<job_id>/events")

@@ -22,7 +22,7 @@ _UNSUPPORTED: dict[str, tuple] = {
     "prediction": (None,), "web_search_options": (None,),
 }
 _SAMPLING = ("temperature", "top_p", "top_k", "seed", "stop", "presence_penalty",
-             "frequency_penalty", "response_format", "cache")
+             "frequency_penalty", "response_format", "cache", "webhook", "webhook_events")
 
 
 class StreamOptions(BaseModel):
@@ -66,6 +66,8 @@ class _OpenAIRequest(BaseModel):
     # llmq extensions (send them with the openai client's `extra_body`)
     top_k: int | None = None
     cache: bool | None = None
+    webhook: str | None = None  # signed callbacks about the job behind this request (README)
+    webhook_events: list[str] | None = None
 
     def refuse_unsupported(self) -> None:
         for name, unused in _UNSUPPORTED.items():

@@ -38,6 +38,15 @@ def _job_request_schema(settings: Settings) -> dict[str, dict]:
         {"required": ["messages"], "properties": {"messages": {"type": "array"}}},
         {"required": ["prompt"], "properties": {"prompt": {"type": "string"}}},
     ]
+    # a webhook is an http(s) URL (whether its host is allowed is decided when it is resolved);
+    # `webhook_events` only comes with one
+    schema["properties"]["webhook"] = _nullable({"type": "string", "pattern": "^https?://[^\\s#]+$",
+                                                 "maxLength": 2048,
+                                                 "description": schema["properties"]["webhook"]["description"]})
+    schema["anyOf"] = [
+        {"properties": {"webhook_events": {"type": "null"}}},
+        {"required": ["webhook"], "properties": {"webhook": {"type": "string"}}},
+    ]
     return {**defs, "JobRequest": schema}
 
 
@@ -81,6 +90,16 @@ _JOB = {
         "estimated_start": {"type": "number", "description": "while queued: epoch seconds"},
         "estimated_finish": {"type": "number", "description": "while queued: epoch seconds"},
         "links": {"type": "object", "additionalProperties": {"type": "string"}},
+        "webhook": {"type": "object", "description": "only for a job that named a webhook",
+                    "required": ["url", "events", "state", "attempts", "deliveries"], "properties": {
+                        "url": {"type": "string"},
+                        "events": {"type": "array", "items": {"enum": ["start", "completed"]}},
+                        "state": {"enum": ["waiting", "pending", "delivered", "failed"],
+                                  "description": "the latest delivery's; waiting: no event yet"},
+                        "attempts": {"type": "integer"},
+                        "last_status_code": _nullable({"type": "integer"}),
+                        "last_error": _nullable({"type": "string"}),
+                        "deliveries": {"type": "array", "items": {"type": "object"}}}},
     },
 }
 

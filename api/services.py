@@ -3,7 +3,6 @@ per app and kept in `app.extensions['llmq']`."""
 from __future__ import annotations
 
 import threading
-from functools import cached_property
 
 from celery import Celery
 from flask import current_app
@@ -12,13 +11,13 @@ from redis.retry import Retry
 
 from api.errors import ApiError
 from api.ratelimit import RateLimiter
-from common.celery_app import make_celery
 from common.jobs import JobStore
 from common.keys import Keys
 from common.models import ModelRef, ModelUnavailable, resolve_model
 from common.prompting import PromptBuilder
 from common.redis_client import redis_client
 from common.settings import Settings
+from common.webhooks import Webhooks, job_webhook_hook
 
 
 class Services:
@@ -30,14 +29,16 @@ class Services:
         self.redis = redis_client(settings, decode_responses=True, socket_connect_timeout=2,
                                   socket_timeout=30, health_check_interval=30, max_connections=512,
                                   retry=Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), 3))
-        self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen)
+        self.webhooks = Webhooks(settings, self.redis)
+        self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen,
+                              on_event=job_webhook_hook(self.webhooks))
         self.limits = RateLimiter(self.redis, self.keys, settings)
         self._lock = threading.Lock()
         self._model: tuple[ModelRef, PromptBuilder] | None = None
 
-    @cached_property
+    @property
     def celery(self) -> Celery:
-        return make_celery(self.settings)
+        return self.webhooks.celery  # one Celery app per process, built on first use
 
     def model(self) -> tuple[ModelRef, PromptBuilder]:
         """The served model and its prompt builder; 503 until a worker has prepared the model."""

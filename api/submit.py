@@ -15,6 +15,7 @@ from api.services import Services
 from common.celery_app import TASK_GENERATE, task_options
 from common.prompting import TemplateError
 from common.schemas import JobRequest, JobStatus
+from common.webhooks import DEFAULT_JOB_EVENTS, WebhookUrlError, validate_webhook_url
 
 
 def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
@@ -22,6 +23,7 @@ def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
     The caller's API key (if auth is on) owns the job and is held to its rate limits."""
     key = current_key()
     priority = allowed_priority(req.priority)
+    webhook = _webhook_fields(svc, req)
     svc.limits.check_rate(key)
     model, builder = svc.model()
     if req.model not in (None, model.name):
@@ -42,6 +44,7 @@ def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
         "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
         "owner": key.id if key else None, "priority": priority,
         "max_tokens": sampling["max_tokens"],  # read on its own by the ETAs (common/eta.py)
+        **webhook,
     }
     hit = svc.store.cache_get(digest) if digest and svc.settings.cache_ttl_s > 0 else None
     if hit is not None:
@@ -67,6 +70,20 @@ def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
                              error={"type": "enqueue_failed", "message": "could not reach the broker"})
             raise
     return 202, svc.store.get(job_id)
+
+
+def _webhook_fields(svc: Services, req: JobRequest) -> dict:
+    """The job record's webhook fields, once the URL is known to be allowed (a 422 naming the
+    field otherwise; the OpenAI endpoints answer it as a 400 with `param`)."""
+    if req.webhook is None:
+        return {}
+    try:
+        url = validate_webhook_url(req.webhook, svc.settings)
+    except WebhookUrlError as exc:
+        raise ApiError(422, "validation_error", f"webhook: {exc}", param="webhook",
+                       details=[{"field": "webhook", "message": str(exc)}])
+    events = list(dict.fromkeys(req.webhook_events or DEFAULT_JOB_EVENTS))
+    return {"webhook": url, "webhook_events": ",".join(events)}
 
 
 def _deadlines(svc: Services, req: JobRequest, now: float) -> dict:

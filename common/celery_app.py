@@ -11,6 +11,7 @@ from common.schemas import PRIORITY_LEVELS
 from common.settings import Settings, get_settings
 
 TASK_GENERATE = "llmq.generate"
+TASK_DELIVER_WEBHOOK = "llmq.webhook.deliver"  # consumed by `python -m worker.control`
 
 
 def make_celery(settings: Settings) -> Celery:

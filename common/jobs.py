@@ -12,7 +12,9 @@ a duplicate and is not run.
 from __future__ import annotations
 
 import json
+import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -21,6 +23,8 @@ from common.coalescing import ATTACH, LUA_HELPERS
 from common.fair_queue import ENQUEUE_LUA, REMOVE_LUA, FairQueue, fair_place
 from common.keys import Keys
 from common.schemas import PRIORITY_LEVELS, JobStatus
+
+log = logging.getLogger(__name__)
 
 # Every script below gets the coalescing and fair-queue Lua helpers; each ARGV layout is noted.
 _HELPERS = LUA_HELPERS + REMOVE_LUA + ENQUEUE_LUA
@@ -231,8 +235,13 @@ def decode_record(raw: dict[str, str]) -> dict[str, Any]:
 class JobStore:
     """All reads and writes of job state. Both the API and the workers go through it."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, job_ttl_s: int, events_maxlen: int):
+    def __init__(self, client: redis.Redis, keys: Keys, job_ttl_s: int, events_maxlen: int,
+                 on_event: Callable[[str, dict[str, Any]], None] | None = None):
+        """`on_event(event, record)` hears 'start' (a worker began the job: once, not on a
+        restart) and 'completed' (the job ended, in any status); it is how webhooks are queued
+        (common/webhooks.py). Its failures are logged and never stop the job's own writes."""
         self.r = client
+        self.on_event = on_event
         self.keys = keys
         self.job_ttl_s = job_ttl_s
         self.events_maxlen = events_maxlen
@@ -286,6 +295,7 @@ class JobStore:
             self.r.zrem(self.keys.deadlines, job_id)
             return None
         self.count("coalesced")
+        self._notify("start", [job_id])  # sent only if it joined a generation under way
         return primary
 
     def create_finished(self, job_id: str, fields: dict[str, Any]) -> None:
@@ -308,6 +318,8 @@ class JobStore:
             args=[job_id, time.time(), worker, max_attempts, lease_ttl_s, self.job_ttl_s,
                   self.events_maxlen, self.job_prefix],
         )
+        if outcome == "start" and self.on_event is not None:  # the job and its followers began
+            self._notify("start", [job_id], followers_of=job_id)
         return outcome, int(attempts)
 
     def renew_lease(self, job_id: str, attempt: int, worker: str, lease_ttl_s: int) -> bool:
@@ -446,7 +458,37 @@ class JobStore:
 
     def publish_done(self, job_id: str) -> None:
         """Close the job's log with a `done` event built from its (terminal) record."""
-        self.append_event(job_id, "done", done_payload(self.get(job_id) or {}))
+        record = self.get(job_id) or {}
+        self.append_event(job_id, "done", done_payload(record))
+        if record.get("webhook"):
+            self._notify("completed", [job_id], record)
+
+    def _notify(self, event: str, job_ids: list[str], record: dict[str, Any] | None = None,
+                followers_of: str | None = None) -> None:
+        """Tell `on_event` about jobs that asked for a webhook (and about the followers of
+        `followers_of`); 'start' only for jobs now running. Never raises: a caller may be a
+        write that must not be retried. Jobs without a webhook cost one HMGET each."""
+        if self.on_event is None:
+            return
+        try:
+            if followers_of:
+                job_ids = [*job_ids, *self.r.smembers(self.keys.followers(followers_of))]
+            if record is None:
+                pipe = self.r.pipeline(transaction=False)
+                for job_id in job_ids:
+                    pipe.hmget(self.keys.job(job_id), "webhook", "status")
+                job_ids = [job_id for job_id, (url, status) in zip(job_ids, pipe.execute())
+                           if url and (event != "start" or status == JobStatus.RUNNING.value)]
+        except redis.RedisError:
+            log.warning("could not read jobs %s for their %s webhooks", job_ids, event)
+            return
+        for job_id in job_ids:
+            try:
+                job = record or self.get(job_id)
+                if job and job.get("webhook"):
+                    self.on_event(event, job)
+            except Exception:
+                log.exception("job %s: could not queue its %s webhook", job_id, event)
 
     def read_events(self, job_id: str, after: str = "0") -> list[tuple[str, str, dict[str, Any]]]:
         """Events strictly after stream id `after`, as (id, event, data)."""

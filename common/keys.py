@@ -129,3 +129,17 @@ class Keys:
     def followers(self, job_id: str) -> str:
         """Set of the jobs attached to this job's generation (identical requests, coalesced)."""
         return f"{self.ns}:job:{job_id}:followers"
+
+    # --- webhooks ---------------------------------------------------------------------------
+    def webhook(self, delivery_id: str) -> str:
+        """Hash: one webhook delivery (url, signed body, attempts, last outcome); TTL job_ttl_s."""
+        return f"{self.ns}:webhook:{delivery_id}"
+
+    def webhooks_of(self, subject_id: str) -> str:
+        """Hash: a subject's (job's, batch's) event type -> its delivery id; TTL job_ttl_s."""
+        return f"{self.ns}:webhooks:{subject_id}"
+
+    def control_queue(self, name: str) -> str:
+        """Celery queue of model-less work (webhook deliveries...). The ':' keeps it apart from
+        model queues, whose slugs cannot contain one."""
+        return f"{self.ns}.control:{name}"

@@ -29,6 +29,9 @@ class FinishReason(str, enum.Enum):
     TIMEOUT = "timeout"
 
 
+# Events a job's webhook may be sent for (common/webhooks.py)
+WebhookEvent = Literal["start", "completed"]
+
 # Job priorities -> Celery message priorities (on Redis, 0 is served first).
 Priority = Literal["high", "normal", "low"]
 PRIORITY_LEVELS: dict[str, int] = {"high": 0, "normal": 3, "low": 6}
@@ -146,6 +149,12 @@ class JobRequest(SamplingParams):
                                         description="seconds the job may wait in the queue")
     run_timeout: float | None = Field(None, gt=0, le=7 * 86400,
                                       description="seconds the generation may run")
+    webhook: str | None = Field(None, min_length=1, max_length=2048,
+                                description="http(s) URL that gets signed POSTs about this job "
+                                            "(see README, Webhooks)")
+    webhook_events: list[WebhookEvent] | None = Field(
+        None, min_length=1, description="which events to send: 'start' (a worker began the job), "
+                                        "'completed' (it ended, in any status); default ['completed']")
 
     @model_validator(mode="before")
     @classmethod
@@ -160,6 +169,8 @@ class JobRequest(SamplingParams):
     def _one_input(self) -> "JobRequest":
         if (self.messages is None) == (self.prompt is None):
             raise ValueError("give exactly one of 'messages' or 'prompt'")
+        if self.webhook_events is not None and self.webhook is None:
+            raise ValueError("webhook_events needs a webhook URL")
         return self
 
     def sampling(self) -> SamplingParams:

@@ -5,7 +5,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 DEFAULT_MODEL = "Qwen/Qwen2.5-0.5B-Instruct"
@@ -98,6 +98,30 @@ class Settings(BaseSettings):
     # OpenAI-compatible API (issue 3)
     cancel_on_disconnect: bool = Field(
         True, description="a client leaving an OpenAI streaming request cancels its job")
+
+    # Webhooks: signed callbacks when a job (or a batch) changes state; see common/webhooks.py
+    webhook_secrets: str = Field(
+        "", description="space-separated signing secrets 'whsec_<base64>'; every delivery is signed "
+                        "with each (rotation: add the new one, drop the old one later); empty: "
+                        "webhooks are off and requests naming one are refused")
+    webhook_allow_networks: str = Field(
+        "", description="comma-separated CIDRs a webhook may reach although they are not public "
+                        "(private, loopback, link-local...), e.g. '10.1.0.0/16'; empty: public only")
+    webhook_timeout_s: float = Field(10.0, gt=0, description="per attempt: connect, and each read")
+    webhook_backoff_s: float = Field(5.0, gt=0, description="delay before the first retry; doubles "
+                                     "each attempt (with jitter), up to webhook_backoff_max_s")
+    webhook_backoff_max_s: float = Field(3600.0, gt=0)
+    webhook_retry_horizon_s: float = Field(
+        86400.0, gt=0, description="no attempt is scheduled later than this after the event")
+    webhook_concurrency: int = Field(8, ge=1, description="deliveries a control worker sends at once")
+
+    @field_validator("webhook_secrets")
+    @classmethod
+    def _secrets_decode(cls, value: str) -> str:
+        from common.webhook_rules import secret_keys
+
+        secret_keys(value)  # a bad secret stops the process at start, not at the first delivery
+        return value
 
 
 @lru_cache(maxsize=1)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One command, fresh machine to streamed answer: install, prepare the model, start Redis (if none
-# answers), a worker, the API and Flower, then submit a prompt and stream the answer.
+# answers), a worker, the control worker (webhooks), the API and Flower, then submit a prompt and stream the answer.
 #   bash ops/run.sh ["your prompt"]        stop everything with: bash ops/stop.sh
 # LLMQ_CPU_WORKERS=K starts K workers pinned to disjoint core sets instead of one (ops/workers.sh).
 source "$(dirname "$0")/common.sh"
@@ -17,6 +17,7 @@ if [ "${LLMQ_CPU_WORKERS:-1}" -gt 1 ]; then
 else
   start_bg worker "$PY" -m worker --cpus "${LLMQ_CPUS:-0-$(($(nproc) - 1))}"
 fi
+start_bg control "$PY" -m worker.control  # webhook deliveries (no model)
 start_bg api "$PY" -m gunicorn -k gthread --threads 64 -w 1 -b "127.0.0.1:$API_PORT" api.wsgi:app
 start_flower "$FLOWER_PORT"
 log "waiting for the worker to load the model"

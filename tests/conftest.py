@@ -25,13 +25,19 @@ from common.settings import Settings
 ROOT = Path(__file__).resolve().parents[1]
 REDIS_HOST = os.environ.get("LLMQ_TEST_REDIS", "redis://127.0.0.1:6379")
 REDIS_DB = int(os.environ.get("LLMQ_TEST_REDIS_DB", "11"))
+# Two webhook signing secrets (a rotation in progress): every delivery carries both signatures.
+WEBHOOK_SECRETS = ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD")
 
 
 def make_settings(**overrides) -> Settings:
     base = dict(redis_url=f"{REDIS_HOST}/{REDIS_DB}", namespace=f"llmqtest-{uuid.uuid4().hex[:8]}",
                 model="embedded", allow_download=False, max_batch_size=16, max_tokens_cap=512,
                 default_max_tokens=64, cache_ttl_s=600, sse_heartbeat_s=1.0, heartbeat_s=1.0,
-                health_ping_timeout_s=0.5, max_queue=1000, job_ttl_s=3600)
+                health_ping_timeout_s=0.5, max_queue=1000, job_ttl_s=3600,
+                # webhooks to test receivers on loopback, retried quickly over a short horizon
+                webhook_secrets=" ".join(WEBHOOK_SECRETS), webhook_allow_networks="127.0.0.0/8",
+                webhook_timeout_s=1.0, webhook_backoff_s=0.3, webhook_backoff_max_s=2.0,
+                webhook_retry_horizon_s=8.0)
     base.update(overrides)
     return Settings(**base)
 
@@ -66,12 +72,13 @@ def model_ref():
 
 
 class WorkerProcess:
-    """A real `python -m worker` subprocess."""
+    """A real `python -m worker` subprocess (or `python -m worker.control`: module='worker.control')."""
 
-    def __init__(self, settings: Settings, name: str, log_path: Path, concurrency: int | None = None):
+    def __init__(self, settings: Settings, name: str, log_path: Path, concurrency: int | None = None,
+                 module: str = "worker"):
         self.settings = settings
         self.name = name
-        cmd = [sys.executable, "-m", "worker", "--name", f"{name}@%h", "--loglevel", "INFO"]
+        cmd = [sys.executable, "-m", module, "--name", f"{name}@%h", "--loglevel", "INFO"]
         if concurrency:
             cmd += ["--concurrency", str(concurrency)]
         self.log_path = log_path
@@ -117,6 +124,31 @@ def start_worker(model_ref, tmp_path_factory):
     yield start
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture(scope="session")
+def start_control_worker(tmp_path_factory):
+    """Factory: start a `python -m worker.control` (webhook deliveries) for some settings; all are
+    stopped at the end of the session. No model: it starts in a few seconds."""
+    started: list[WorkerProcess] = []
+
+    def start(settings: Settings) -> WorkerProcess:
+        name = f"control{len(started)}-{settings.namespace}"
+        worker = WorkerProcess(settings, name, tmp_path_factory.mktemp("logs") / f"{name}.log",
+                               module="worker.control")
+        started.append(worker)
+        worker.wait_ready(timeout=60)
+        return worker
+
+    yield start
+    for worker in started:
+        worker.stop()
+
+
+@pytest.fixture(scope="session")
+def control_worker(stack_settings, start_control_worker):
+    """The session's control worker, next to the shared model worker."""
+    return start_control_worker(stack_settings)
 
 
 @pytest.fixture(scope="session")

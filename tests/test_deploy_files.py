@@ -22,7 +22,7 @@ def compose():
 def test_services_healthchecks_and_profiles(compose):
     services = compose["services"]
     ha = {"redis-replica", "sentinel-1", "sentinel-2", "sentinel-3"}
-    assert set(services) == {"redis", "api", "worker-cpu", "worker-gpu", "flower"} | ha
+    assert set(services) == {"redis", "api", "worker-cpu", "worker-gpu", "worker-control", "flower"} | ha
     assert all("healthcheck" in svc for svc in services.values())
     assert services["worker-gpu"]["profiles"] == ["gpu"]
     assert all(services[name]["profiles"] == ["ha"] for name in ha)
@@ -36,6 +36,8 @@ def test_services_healthchecks_and_profiles(compose):
     assert "gunicorn" in api_cmd and "gthread" in api_cmd and "api.wsgi:app" in api_cmd
     assert "flower" in services["flower"]["command"]
     assert services["worker-gpu"]["environment"]["LLMQ_ENGINE"] == "vllm"
+    assert services["worker-control"]["command"][:3] == ["python3", "-m", "worker.control"]
+    assert "llmq-control@" in services["worker-control"]["healthcheck"]["test"][1]
 
 
 def test_model_cache_is_one_volume_shared_by_api_and_workers(compose):

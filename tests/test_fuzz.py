@@ -9,6 +9,7 @@ from urllib.parse import quote
 
 import pytest
 import schemathesis
+from schemathesis.specs.openapi.checks import positive_data_acceptance
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from openapi_spec_validator import validate
@@ -25,8 +26,9 @@ REJECTED = {400, 403, 404, 405, 409, 413, 422, 429}
 
 @pytest.fixture(scope="module")
 def app(model_ref):
+    # webhooks off: a fuzzed webhook URL is refused before any DNS lookup of its host
     settings = make_settings(max_queue=100_000, queue_timeout_s=2, sse_heartbeat_s=0.3,
-                             max_body_bytes=20_000)
+                             max_body_bytes=20_000, webhook_secrets="")
     yield create_app(settings)
     cleanup_namespace(settings)
 
@@ -158,4 +160,8 @@ schema = schemathesis.pytest.from_fixture("api_schema")
 def test_schemathesis(case):
     """Every operation: no server errors, documented status codes, conforming bodies and headers,
     schema-valid data accepted and invalid data rejected, 405 with `Allow` for other methods."""
-    case.call_and_validate()  # accepted jobs expire from the queue within 2 s
+    # Whether a webhook URL is accepted depends on what its host resolves to and on the server's
+    # settings, which no schema can say: a schema-valid one may be refused (with a 422).
+    webhook = isinstance(case.body, dict) and case.body.get("webhook") is not None
+    case.call_and_validate(excluded_checks=[positive_data_acceptance] if webhook else None)
+    # accepted jobs expire from the queue within 2 s

@@ -19,6 +19,7 @@ from common.keys import Keys
 from common.models import ModelRef, resolve_model
 from common.redis_client import redis_client
 from common.settings import Settings
+from common.webhooks import Webhooks, job_webhook_hook
 from worker.engine.engine import LLMEngine
 from worker.engine.loop import EngineLoop
 from worker.metrics import WorkerMetrics
@@ -38,7 +39,9 @@ class WorkerRuntime:
         self.keys = Keys(settings.namespace)
         self.redis = redis_client(settings, decode_responses=True, health_check_interval=30,
                                   socket_connect_timeout=5, socket_timeout=10)
-        self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen)
+        # webhooks are only queued here (for `python -m worker.control`): generation never waits
+        self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen,
+                              on_event=job_webhook_hook(Webhooks(settings, self.redis)))
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
         self.leases = Leases(self.store, self.name, lease_ttl(settings))

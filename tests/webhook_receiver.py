@@ -1,0 +1,68 @@
+"""A real HTTP webhook receiver on 127.0.0.1 for tests: answers from a script, records requests."""
+from __future__ import annotations
+
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+PORTS = range(8300, 8400)  # the ports this project's tests may listen on
+
+
+class Receiver:
+    """`script(...)` sets the answers, in order, as (status, headers, delay_s); once they run out
+    every request gets 200. `requests` holds {'headers', 'body', 'path', 'at'} per request received."""
+
+    def __init__(self):
+        self.requests: list[dict] = []
+        self._script: list[tuple[int, dict, float]] = []
+        self._lock = threading.Condition()
+        self.server = self._bind()
+        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def _bind(self) -> ThreadingHTTPServer:
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                with receiver._lock:
+                    receiver.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()},
+                                              "body": body, "path": self.path, "at": time.monotonic()})
+                    status, headers, delay = receiver._script.pop(0) if receiver._script else (200, {}, 0)
+                    receiver._lock.notify_all()
+                time.sleep(delay)
+                try:
+                    self.send_response(status)
+                    for name, value in headers.items():
+                        self.send_header(name, value)
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                except OSError:
+                    pass  # the sender gave up waiting (a timeout test)
+
+            def log_message(self, *args):
+                pass
+
+        for port in PORTS:
+            try:
+                server = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+                server.daemon_threads = True
+                return server
+            except OSError:
+                continue
+        raise RuntimeError("no free port in 8300-8399 for the webhook receiver")
+
+    def script(self, *answers: tuple[int, dict, float]) -> None:
+        with self._lock:
+            self._script = list(answers)
+
+    def wait_for(self, count: int, timeout: float = 30) -> list[dict]:
+        with self._lock:
+            if not self._lock.wait_for(lambda: len(self.requests) >= count, timeout):
+                raise TimeoutError(f"{len(self.requests)} webhook requests arrived, expected {count}")
+            return list(self.requests)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
