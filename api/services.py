@@ -12,6 +12,8 @@ from flask import current_app
 from api.errors import ApiError
 from api.ratelimit import RateLimiter
 from common.celery_app import make_celery
+from common.batches import BatchStore
+from common.files import FileStore
 from common.jobs import JobStore
 from common.keys import Keys
 from common.models import ModelRef, ModelUnavailable, resolve_model
@@ -28,6 +30,8 @@ class Services:
                                           health_check_interval=30, max_connections=512)
         self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen)
         self.limits = RateLimiter(self.redis, self.keys, settings)
+        self.files = FileStore(self.redis, self.keys, settings.file_ttl_s)
+        self.batches = BatchStore(self.redis, self.keys, settings.batch_ttl_s)
         self._lock = threading.Lock()
         self._model: tuple[ModelRef, PromptBuilder] | None = None
 
