@@ -87,7 +87,7 @@ def batch_object(record: dict[str, Any]) -> dict[str, Any]:
 
 def line_job_id(batch_id: str, line: int) -> str:
     """The job that runs line `line` of a batch: fixed, so that every step can be retried."""
-    return f"{batch_id}-{line}"
+    return f"{batch_id.removeprefix('batch_')}-{line}"
 
 
 class BatchStore:
