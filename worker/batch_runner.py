@@ -57,9 +57,10 @@ class BatchRunner:
                 self.batches.transition(batch_id, ("in_progress",), "finalizing", finalizing_at=int(time.time()))
         elif status == "cancelling":
             return self._stop(batch, "batch_cancelled", "cancelled", self.settings.batch_cancel_grace_s)
-        if self.batches.get(batch_id)["status"] == "finalizing":
+        status = self.batches.get(batch_id)["status"]
+        if status == "finalizing":
             return self._finish(batch_id, "finalizing", "completed")
-        return False
+        return status in TERMINAL
 
     # --- validating ----------------------------------------------------------------------------
     def _validate(self, batch: dict, renew: Callable[[], None]) -> None:
