@@ -25,8 +25,8 @@ from worker.batch_runner import BatchRunner
 log = logging.getLogger(__name__)
 app = make_celery(get_settings())
 app.conf.broker_transport = "common.broker:Transport"  # rides out Redis outages, as model workers do
-_LOCK_TTL_S = 60
-_STALE_S = 30.0
+_LOCK_TTL_S = 20
+_STALE_S = 20.0
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 _services: Services | None = None
 
