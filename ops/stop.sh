@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Stop what ops/run.sh started (Redis is left alone).
 source "$(dirname "$0")/common.sh"
-for pidfile in "$RUN_DIR"/{api,flower,worker}.pid "$RUN_DIR"/worker-*.pid; do  # worker-*: ops/workers.sh
+for pidfile in "$RUN_DIR"/{api,flower,worker,batch_worker}.pid "$RUN_DIR"/worker-*.pid; do  # worker-*: ops/workers.sh
   [ -f "$pidfile" ] || continue
   name=$(basename "$pidfile" .pid)
   pid=$(cat "$pidfile")

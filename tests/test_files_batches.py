@@ -20,8 +20,9 @@ KEYS = {"alice": "alice-secret", "bob": "bob-secret"}
 
 @pytest.fixture
 def stack(model_ref):
+    # max_body_bytes below file_max_bytes: uploads have their own limit, other bodies keep theirs
     settings = make_settings(file_max_bytes=40_000, file_max_lines=30, batch_window_s=3600, max_queue=5,
-                             max_tokens_cap=64)
+                             max_tokens_cap=64, max_body_bytes=10_000)
     app = create_app(settings)
     yield app.test_client(), app.extensions["llmq"]
     cleanup_namespace(settings)
@@ -67,12 +68,14 @@ def test_file_upload_list_retrieve_content_delete(stack):
 def test_file_limits_and_bad_uploads(stack):
     client, _ = stack
     assert "40000 bytes" in assert_openai_error(upload(client, b"x" * 40_001), 413, "file")["message"]
+    assert upload(client, b"{}\n" * 5 + b" " * 20_000).status_code == 200  # above max_body_bytes
+    assert client.post("/v1/jobs", json={"prompt": "x" * 20_000}).status_code == 413  # which still holds
     many = upload(client, b"".join(b"{}\n" for _ in range(31)))
     assert "at most 30" in assert_openai_error(many, 413, "file")["message"]
     assert_openai_error(upload(client, [chat_line("a", "Hi")], purpose="fine-tune"), 400, "purpose")
     assert_openai_error(upload(client, b"\xff\xfe not utf-8"), 400, "file")
     assert_openai_error(client.post("/v1/files", data={"purpose": "batch"}), 400, "file")
-    assert client.get("/v1/files").get_json()["data"] == []  # nothing was stored
+    assert len(client.get("/v1/files").get_json()["data"]) == 1  # only the good upload was stored
 
 
 def test_batch_create_errors(stack):
@@ -146,8 +149,10 @@ def test_batch_lines_wait_below_interactive_jobs_and_outside_the_queue_bound(sta
     assert picked == resp.get_json()["id"]
 
 
-def test_cancel_accounts_for_every_line_as_batch_cancelled(stack):
+def test_cancel_accounts_for_every_line_as_batch_cancelled(stack, monkeypatch):
     client, svc = stack
+    ended = []
+    monkeypatch.setattr("worker.batch_runner.on_batch_ended", lambda settings, batch: ended.append(batch))
     batch_id = run_to_in_progress(client, svc, 6)
     cancelling = client.post(f"/v1/batches/{batch_id}/cancel").get_json()
     assert cancelling["status"] == "cancelling" and cancelling["cancelling_at"]
@@ -160,6 +165,8 @@ def test_cancel_accounts_for_every_line_as_batch_cancelled(stack):
     assert {line["error"]["code"] for line in lines} == {"batch_cancelled"}
     assert svc.store.get(line_job_id(batch_id, 1))["status"] == "cancelled"
     assert_openai_error(client.post(f"/v1/batches/{batch_id}/cancel"), 409)
+    assert BatchRunner(svc).advance(batch_id)  # a step too many changes nothing
+    assert [b["status"] for b in ended] == ["cancelled"]  # the webhook hook, called once
 
 
 def test_a_batch_past_its_window_expires_with_batch_expired_lines(model_ref):
