@@ -209,3 +209,19 @@ def test_keys_see_only_their_own_files_and_batches(model_ref):
         assert client.get("/v1/files").status_code == 401
     finally:
         cleanup_namespace(settings)
+
+
+def test_watchdog_kicks_only_stalled_batches_and_replaces_their_chain(stack):
+    from worker.batch_tasks import watchdog_pass
+
+    client, svc = stack
+    batch_id = create(client, upload(client, [chat_line("a", "Hi")]).get_json()["id"]).get_json()["id"]
+    tick_key = svc.keys.batch_part(batch_id, "tick")
+    first = svc.redis.get(tick_key)
+    assert first  # the API scheduled the first step
+    svc.batches.update(batch_id, advanced_at=time.time())
+    assert watchdog_pass(svc) == []
+    svc.batches.update(batch_id, advanced_at=time.time() - 60)  # its chain broke a minute ago
+    assert watchdog_pass(svc) == [batch_id]
+    assert svc.redis.get(tick_key) not in (None, first)  # the old chain's next step will do nothing
+    assert BatchRunner(svc).advance(batch_id) is False and watchdog_pass(svc) == []
