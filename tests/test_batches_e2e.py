@@ -1,6 +1,7 @@
 """Batches on the live stack (API on a socket, a real model worker, a real batch worker): the
 `openai` client's Files and Batches calls unchanged, and the `llmq` command in a subprocess."""
 import json
+import os
 import subprocess
 import sys
 
@@ -77,12 +78,7 @@ def test_openai_client_cancel_keeps_finished_lines_and_accounts_for_the_rest(bas
 def llmq(base, *args, timeout=240):
     return subprocess.run([sys.executable, "-m", "llmq_cli", "--api-url", base, *args], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout,
-                          env=settings_env_minimal())
-
-
-def settings_env_minimal():
-    import os
-    return {k: v for k, v in os.environ.items() if not k.startswith("LLMQ_")}
+                          env={k: v for k, v in os.environ.items() if not k.startswith("LLMQ_")})
 
 
 def test_llmq_command(base, tmp_path):
