@@ -33,4 +33,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.register_blueprint(web.bp)
     app.register_blueprint(openapi.bp)
     app.register_blueprint(openai_api.bp)
+
+    from api import batches_api, files_api  # OpenAI's Files and Batch APIs
+
+    app.register_blueprint(files_api.bp)
+    app.register_blueprint(batches_api.bp)
     return app

@@ -151,10 +151,16 @@ def _model_card(model: str) -> dict:
 @bp.errorhandler(Exception)
 def _openai_error(exc: Exception):
     """Every failure on this blueprint in OpenAI's error shape; /v1/jobs keeps its own."""
+    return openai_error(exc)
+
+
+def openai_error(exc: Exception, keep: tuple[int, ...] = ()):
+    """`exc` as an OpenAI error response. OpenAI answers 400 for invalid values and prompts
+    beyond the context, where llmq's own API says 413 or 422; statuses in `keep` stay as they
+    are (an upload over the size limit is a 413 at OpenAI too)."""
     headers: dict = {}
     if isinstance(exc, ApiError):
-        # OpenAI answers 400 for invalid values and prompts beyond the context
-        status = 400 if exc.status in (413, 422) else exc.status
+        status = 400 if exc.status in (413, 422) and exc.status not in keep else exc.status
         message, code, headers = exc.message, exc.type, exc.headers
         param = exc.extra.get("param") or _PARAM_BY_CODE.get(code)
     elif isinstance(exc, ValidationError):

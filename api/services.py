@@ -11,6 +11,9 @@ from redis.retry import Retry
 
 from api.errors import ApiError
 from api.ratelimit import RateLimiter
+from common.celery_app import make_celery
+from common.batches import BatchStore
+from common.files import FileStore
 from common.jobs import JobStore
 from common.keys import Keys
 from common.models import ModelRef, ModelUnavailable, resolve_model
@@ -33,6 +36,8 @@ class Services:
         self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen,
                               on_event=job_webhook_hook(self.webhooks))
         self.limits = RateLimiter(self.redis, self.keys, settings)
+        self.files = FileStore(self.redis, self.keys, settings.file_ttl_s)
+        self.batches = BatchStore(self.redis, self.keys, settings.batch_ttl_s)
         self._lock = threading.Lock()
         self._model: tuple[ModelRef, PromptBuilder] | None = None
 

@@ -25,27 +25,8 @@ def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
     priority = allowed_priority(req.priority)
     webhook = _webhook_fields(svc, req)
     svc.limits.check_rate(key)
-    model, builder = svc.model()
-    if req.model not in (None, model.name):
-        raise ApiError(404, "model_not_found", f"model {req.model!r} is not served here; "
-                                               f"this deployment serves {model.name!r}")
-    messages = [m.model_dump() for m in req.messages] if req.messages else None
-    try:
-        _, prompt_ids = builder.build(messages, req.prompt)
-    except TemplateError as exc:
-        raise ApiError(422, "validation_error", f"messages: {exc}")
-    sampling = _sampling_within_context(svc, req, len(prompt_ids), builder.context_length)
-
-    # The request's digest names identical requests: for the result cache and for coalescing.
-    digest = _cache_key(model.name, prompt_ids, sampling) if req.cache and req.deterministic else None
-    fields = {
-        "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
-        "prompt_tokens": len(prompt_ids), "queue": svc.keys.queue(model.name),
-        "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
-        "owner": key.id if key else None, "priority": priority,
-        "max_tokens": sampling["max_tokens"],  # read on its own by the ETAs (common/eta.py)
-        **webhook,
-    }
+    fields, digest = prepare_job(svc, req, key.id if key else None, priority)
+    fields.update(webhook)
     hit = svc.store.cache_get(digest) if digest and svc.settings.cache_ttl_s > 0 else None
     if hit is not None:
         return 200, _answer_from_cache(svc, fields, hit)
@@ -62,14 +43,77 @@ def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
                                 weight=key.weight if key else 1.0, digest=coalesce):
             raise ApiError(429, "queue_full", f"{svc.settings.max_queue} jobs are already waiting; "
                                               "retry later", {"Retry-After": str(_retry_after(svc))})
-        try:  # the message is a ticket for the model's fair queue (common/fair_queue.py)
-            svc.celery.send_task(TASK_GENERATE, args=[job_id, model.name], queue=fields["queue"],
-                                 **task_options(svc.settings, job_id, model.name))
-        except Exception:
+        _send_ticket(svc, job_id, fields)
+    return 202, svc.store.get(job_id)
+
+
+def prepare_job(svc: Services, req: JobRequest, owner: str | None, priority: str) -> tuple[dict, str | None]:
+    """Everything a job record needs from a validated request: the model check, the prompt's
+    tokens, sampling within the context (ApiError otherwise). Returns (fields, digest); the
+    digest names identical requests, for the result cache and for coalescing (None: not
+    deterministic or cache off)."""
+    model, builder = svc.model()
+    if req.model not in (None, model.name):
+        raise ApiError(404, "model_not_found", f"model {req.model!r} is not served here; "
+                                               f"this deployment serves {model.name!r}")
+    messages = [m.model_dump() for m in req.messages] if req.messages else None
+    try:
+        _, prompt_ids = builder.build(messages, req.prompt)
+    except TemplateError as exc:
+        raise ApiError(422, "validation_error", f"messages: {exc}")
+    sampling = _sampling_within_context(svc, req, len(prompt_ids), builder.context_length)
+    digest = _cache_key(model.name, prompt_ids, sampling) if req.cache and req.deterministic else None
+    fields = {
+        "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
+        "prompt_tokens": len(prompt_ids), "queue": svc.keys.queue(model.name),
+        "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
+        "owner": owner, "priority": priority,
+        "max_tokens": sampling["max_tokens"],  # read on its own by the ETAs (common/eta.py)
+    }
+    return fields, digest
+
+
+def submit_batch_line(svc: Services, job_id: str, fields: dict, digest: str | None, *,
+                      weight: float, queued_key: str, deadline: float) -> None:
+    """Admit one line of a batch as job `job_id` (see common/batches.py): like `submit_job`
+    (cache, coalescing, the fair queue, the same workers) but at the "batch" level, outside the
+    interactive admission bound and per-key limits, and never as the job others coalesce onto
+    (an interactive request must not wait at batch priority). Idempotent: a job that exists is
+    left as it is, except that a queued one gets another ticket (one may have been lost when the
+    caller died between creating the job and sending it; a spare ticket does nothing)."""
+    record = svc.store.get(job_id)
+    if record is not None:
+        if record.get("status") == JobStatus.QUEUED.value and not record.get("coalesced_into"):
+            _send_ticket(svc, job_id, record, spare=True)
+        return
+    fields = {**fields, "id": job_id, "created_at": time.time(), "priority": "batch"}
+    hit = svc.store.cache_get(digest) if digest and svc.settings.cache_ttl_s > 0 else None
+    if hit is not None:
+        _answer_from_cache(svc, fields, hit)
+        return
+    fields.update(status=JobStatus.QUEUED.value, cache_key=digest, queue_deadline=deadline,
+                  run_timeout_s=svc.settings.run_timeout_s or None)
+    if digest and svc.settings.coalesce and svc.store.attach(job_id, fields, digest):
+        return
+    svc.store.create(job_id, fields, 0, weight=weight, queued_key=queued_key)
+    _send_ticket(svc, job_id, fields, spare=True)
+
+
+def _send_ticket(svc: Services, job_id: str, fields: dict, spare: bool = False) -> None:
+    """The Celery message: a ticket for the model's fair queue (common/fair_queue.py). A spare
+    ticket (a batch line's, possibly sent twice) gets a task id of its own, since a ticket's id
+    maps to the job it took; and its failure leaves the job queued for the batch's next pass."""
+    options = task_options(svc.settings, job_id, fields["model"])
+    if spare:
+        options["task_id"] = uuid.uuid4().hex
+    try:
+        svc.celery.send_task(TASK_GENERATE, args=[job_id, fields["model"]], queue=fields["queue"],
+                             **options)
+    except Exception:
+        if not spare:
             svc.store.finish(job_id, JobStatus.FAILED, finish_reason="error",
                              error={"type": "enqueue_failed", "message": "could not reach the broker"})
-            raise
-    return 202, svc.store.get(job_id)
+        raise
 
 
 def _webhook_fields(svc: Services, req: JobRequest) -> dict:

@@ -44,6 +44,7 @@ class Stack:
                "LLMQ_NAMESPACE": f"llmqbench-{uuid.uuid4().hex[:6]}", "LLMQ_CACHE_TTL_S": "0",
                "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         log_dir.mkdir(parents=True, exist_ok=True)
+        self.env, self.log_dir = env, log_dir
         self.procs = [
             subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
                              stdout=open(log_dir / "worker.log", "w"), stderr=subprocess.STDOUT),
@@ -52,11 +53,17 @@ class Stack:
                              env=env, stdout=open(log_dir / "api.log", "w"), stderr=subprocess.STDOUT),
         ]
 
+    def start_batch_worker(self) -> None:
+        """The model-less batch worker (`python -m worker.batch_worker`), for batch benchmarks."""
+        self.procs.append(subprocess.Popen(
+            [sys.executable, "-m", "worker.batch_worker"], cwd=ROOT, env=self.env,
+            stdout=open(self.log_dir / "batch_worker.log", "w"), stderr=subprocess.STDOUT))
+
     def wait_ready(self, timeout: float = 180) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
-                if requests.get(f"{self.url}/health", timeout=5).json().get("workers"):
+            try:  # workers_detail: model workers only (the batch worker answers pings too)
+                if requests.get(f"{self.url}/health", timeout=5).json().get("workers_detail"):
                     return
             except (requests.RequestException, ValueError):
                 pass

@@ -259,13 +259,14 @@ class JobStore:
 
     # --- lifecycle -----------------------------------------------------------------------
     def create(self, job_id: str, fields: dict[str, Any], queue_limit: int, weight: float = 1.0,
-               digest: str | None = None) -> bool:
+               digest: str | None = None, queued_key: str | None = None) -> bool:
         """Insert a queued job, in its key's fair-queue list, unless `queue_limit` queued jobs
         already wait. False when full. The key's `weight` sets its fair share (see
         common/fair_queue.py). With a request `digest` the job becomes the one identical
         requests attach to (`attach`). A `queue_deadline` field also indexes the job for the
         expiry sweep (first, so no queued job is ever missing from the index; an index entry
-        without a job is dropped by the sweep)."""
+        without a job is dropped by the sweep). `queued_key` files the job in another queued set
+        than the interactive one whose size is the admission bound (a batch's lines)."""
         now = fields.get("created_at", time.time())
         if fields.get("queue_deadline"):
             self.r.zadd(self.keys.deadlines, {job_id: fields["queue_deadline"]})
@@ -273,7 +274,7 @@ class JobStore:
         place = fair_place(self.keys, fields.get("queue") or "default", level, fields.get("owner"), weight)
         fields = {**fields, "fair_list": place.jobs, "fair_owner": place.owner, "priority_level": level}
         result = self._create(
-            keys=[self.keys.job(job_id), self.keys.queued, place.owners, place.jobs, place.meta,
+            keys=[self.keys.job(job_id), queued_key or self.keys.queued, place.owners, place.jobs, place.meta,
                   self.keys.inflight(digest or "")],
             args=[queue_limit, now, job_id, self.job_ttl_s, place.owner, place.cost,
                   "1" if digest else "0", *_encode(fields)],

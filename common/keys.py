@@ -143,3 +143,40 @@ class Keys:
         """Celery queue of model-less work (webhook deliveries...). The ':' keeps it apart from
         model queues, whose slugs cannot contain one."""
         return f"{self.ns}.control:{name}"
+
+    # --- files and batches ------------------------------------------------------------------
+    def file(self, file_id: str) -> str:
+        """Hash: a file's metadata (the OpenAI file object's fields, owner, chunk count)."""
+        return f"{self.ns}:file:{file_id}"
+
+    def file_data(self, file_id: str) -> str:
+        """List: a file's content in chunks of at most a few MB, in order."""
+        return f"{self.ns}:file:{file_id}:data"
+
+    def files_of(self, owner: str) -> str:
+        """Sorted set: an owner's file ids by creation time (for listing)."""
+        return f"{self.ns}:files:{owner}"
+
+    def batch(self, batch_id: str) -> str:
+        """Hash: a batch's record (status, timestamps, counts, usage, owner)."""
+        return f"{self.ns}:batch:{batch_id}"
+
+    def batch_part(self, batch_id: str, part: str) -> str:
+        """A batch's working keys: 'requests' (hash line -> prepared job), 'pending' (set of lines
+        not yet accounted for), 'results' (hash line -> output or error line), 'queued' (its jobs'
+        queued set, kept apart from the interactive admission bound), 'lock', 'tick'."""
+        return f"{self.ns}:batch:{batch_id}:{part}"
+
+    def batches_of(self, owner: str) -> str:
+        """Sorted set: an owner's batch ids by creation time (for listing)."""
+        return f"{self.ns}:batches:{owner}"
+
+    @property
+    def batches_active(self) -> str:
+        """Set of batches that have not ended: what the batch worker's watchdog looks after."""
+        return f"{self.ns}:batches:active"
+
+    @property
+    def batch_queue(self) -> str:
+        """Celery queue of the model-less batch tasks (validation, progress, output files)."""
+        return f"{self.ns}.batches"

@@ -32,9 +32,11 @@ class FinishReason(str, enum.Enum):
 # Events a job's webhook may be sent for (common/webhooks.py)
 WebhookEvent = Literal["start", "completed"]
 
-# Job priorities -> Celery message priorities (on Redis, 0 is served first).
+# Job priorities -> fair-queue levels (and Celery message priorities; on Redis, 0 is served first).
+# "batch" is for the lines of a batch (common/batches.py) and cannot be asked for: below every
+# interactive level, so a batch fills idle slots and interactive jobs always start first.
 Priority = Literal["high", "normal", "low"]
-PRIORITY_LEVELS: dict[str, int] = {"high": 0, "normal": 3, "low": 6}
+PRIORITY_LEVELS: dict[str, int] = {"high": 0, "normal": 3, "low": 6, "batch": 9}
 
 
 class Message(BaseModel):

@@ -123,6 +123,18 @@ class Settings(BaseSettings):
         secret_keys(value)  # a bad secret stops the process at start, not at the first delivery
         return value
 
+    # Files and batches (OpenAI's /v1/files and /v1/batches)
+    file_max_bytes: int = Field(200 * 1024 * 1024, ge=1, description="largest uploaded file (OpenAI: 200 MB)")
+    file_max_lines: int = Field(50_000, ge=1, description="most lines in a batch input file (OpenAI: 50,000)")
+    file_ttl_s: int = Field(30 * 86400, ge=60, description="how long uploaded files and batch output "
+                                                           "files are kept in Redis")
+    batch_window_s: float = Field(86400.0, gt=0, description="what completion_window '24h' means: a batch "
+                                  "not done this long after creation expires (tests shorten it)")
+    batch_ttl_s: int = Field(30 * 86400, ge=60, description="how long batch records are kept after they end")
+    batch_poll_s: float = Field(1.0, gt=0, description="how often a batch's progress is collected")
+    batch_cancel_grace_s: float = Field(60.0, ge=0, description="how long a cancelling batch waits for its "
+                                        "running lines to stop before it records them as cancelled")
+
 
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:

@@ -1,0 +1,126 @@
+"""OpenAI's Batch API (`/v1/batches`): create, retrieve, list, cancel.
+
+The API only records the batch and schedules its first step; a batch worker (worker/batch_tasks.py)
+validates the input file, queues one job per line at the "batch" priority, collects results and
+writes the output files. A key sees only its own batches. Errors have OpenAI's shape.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from flask import Blueprint, jsonify, request
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from api.auth import current_key
+from api.batch_lines import ENDPOINTS
+from api.errors import ApiError
+from api.files_api import file_or_404, owner_id, page_limit
+from api.jobs import json_body
+from api.openai_api import openai_error
+from api.services import services
+from common.batches import CANCELLABLE, batch_object, kick
+
+bp = Blueprint("batches", __name__, url_prefix="/v1/batches")
+WEBHOOK_MAX_CHARS = 2048
+
+
+class BatchCreate(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    input_file_id: str = Field(min_length=1, max_length=200)
+    endpoint: str
+    completion_window: str
+    metadata: dict[str, str] | None = Field(None, max_length=16)
+    output_expires_after: dict[str, Any] | None = None  # accepted; output files follow file_ttl_s
+    webhook: str | None = Field(None, description="URL told when the batch ends (http or https)")
+
+    @field_validator("endpoint")
+    @classmethod
+    def _known_endpoint(cls, value: str) -> str:
+        if value not in ENDPOINTS:
+            raise ValueError(f"endpoint {value!r} is not supported; use one of {sorted(ENDPOINTS)}")
+        return value
+
+    @field_validator("completion_window")
+    @classmethod
+    def _24h(cls, value: str) -> str:
+        if value != "24h":
+            raise ValueError("completion_window must be '24h'")
+        return value
+
+    @field_validator("metadata")
+    @classmethod
+    def _metadata_sizes(cls, value: dict[str, str] | None) -> dict[str, str] | None:
+        for key, text in (value or {}).items():
+            if len(key) > 64 or len(text) > 512:
+                raise ValueError("metadata keys are at most 64 characters, values at most 512")
+        return value
+
+    @field_validator("webhook")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return value
+        parts = urlsplit(value)
+        if len(value) > WEBHOOK_MAX_CHARS or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"webhook must be an http(s) URL of at most {WEBHOOK_MAX_CHARS} characters")
+        return value
+
+
+def batch_or_404(batch_id: str) -> dict:
+    record = services().batches.get(batch_id)
+    key = current_key()
+    if record is None or (key is not None and record["owner"] != key.id):
+        raise ApiError(404, "not_found", f"No such Batch object: {batch_id}", param="batch_id")
+    return record
+
+
+@bp.post("")
+def create():
+    svc = services()
+    body = BatchCreate.model_validate(json_body())
+    input_file = file_or_404(body.input_file_id)
+    if input_file["purpose"] != "batch":
+        raise ApiError(400, "invalid_value", f"file {body.input_file_id} has purpose "
+                                             f"{input_file['purpose']!r}; a batch needs purpose 'batch'",
+                       param="input_file_id")
+    now = int(time.time())
+    record = svc.batches.create(owner_id(), {
+        "endpoint": body.endpoint, "input_file_id": body.input_file_id,
+        "completion_window": body.completion_window, "metadata": body.metadata, "webhook": body.webhook,
+        "created_at": now, "expires_at": now + int(svc.settings.batch_window_s)})
+    kick(svc.redis, svc.celery, svc.keys, record["id"])  # if this fails, the watchdog will
+    return jsonify(batch_object(record))
+
+
+@bp.get("/<batch_id>")
+def retrieve(batch_id: str):
+    return jsonify(batch_object(batch_or_404(batch_id)))
+
+
+@bp.get("")
+def list_batches():
+    found, has_more = services().batches.list(owner_id(), request.args.get("after"), page_limit(20, 100))
+    data = [batch_object(record) for record in found]
+    return jsonify({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
+                    "last_id": data[-1]["id"] if data else None, "has_more": has_more})
+
+
+@bp.post("/<batch_id>/cancel")
+def cancel(batch_id: str):
+    svc = services()
+    record = batch_or_404(batch_id)
+    if svc.batches.transition(batch_id, CANCELLABLE, "cancelling", cancelling_at=int(time.time())):
+        kick(svc.redis, svc.celery, svc.keys, batch_id)
+    else:
+        status = (svc.batches.get(batch_id) or record)["status"]
+        if status != "cancelling":  # cancelling again is fine; an ended batch cannot be cancelled
+            raise ApiError(409, "batch_not_cancellable", f"Cannot cancel a batch with status {status!r}")
+    return jsonify(batch_object(svc.batches.get(batch_id)))
+
+
+@bp.errorhandler(Exception)
+def _error(exc: Exception):
+    return openai_error(exc)

@@ -1,0 +1,125 @@
+"""Batches against interactive traffic: interactive p95 time to first token at N clients, alone
+and while a large batch runs, and the batch's throughput when it runs alone.
+
+    flock /tmp/llmq-bench.lock python -m bench.batch_bench [--lines 1000] [--clients 8]
+
+One stack (model worker, model-less batch worker, API) on loopback. Phases, in order:
+1. interactive alone: N clients, each streaming R chat completions one after another;
+2. batch alone: a batch of L lines (max_tokens --batch-max-tokens), created to completed;
+3. interactive while a second batch of L lines is in progress (the batch is then cancelled, to
+   keep the run bounded; its lines left are accounted for as batch_cancelled).
+"""
+from __future__ import annotations
+
+import argparse
+import io
+import json
+import statistics
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import requests
+
+from bench.stack import Stack
+
+
+def ttft_of(url: str, model: str, prompt: str, max_tokens: int) -> float | None:
+    """Seconds to the first content chunk of one streamed chat completion."""
+    t0 = time.perf_counter()
+    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "temperature": 0, "stream": True, "cache": False}
+    with requests.post(f"{url}/v1/chat/completions", json=body, stream=True, timeout=600) as resp:
+        for raw in resp.iter_lines(decode_unicode=True):
+            if raw and raw.startswith("data: {") and '"content": "' in raw and '"content": ""' not in raw:
+                first = time.perf_counter() - t0
+                for _ in resp.iter_lines():
+                    pass
+                return first
+    return None
+
+
+def interactive(url: str, model: str, clients: int, rounds: int, max_tokens: int, tag: str) -> dict:
+    def client(c: int) -> list[float]:
+        return [ttft_of(url, model, f"[{tag} {c}.{r}] Give one tip for writing clear code.", max_tokens)
+                for r in range(rounds)]
+
+    with ThreadPoolExecutor(clients) as pool:
+        ttfts = [t for times in pool.map(client, range(clients)) for t in times if t is not None]
+    ttfts.sort()
+    return {"requests": clients * rounds, "answered": len(ttfts), "p50_ttft_s": statistics.median(ttfts),
+            "p95_ttft_s": ttfts[min(len(ttfts) - 1, int(0.95 * len(ttfts)))]}
+
+
+def start_batch(url: str, model: str, lines: int, max_tokens: int, tag: str) -> str:
+    text = "".join(json.dumps({"custom_id": f"{tag}-{i}", "method": "POST", "url": "/v1/chat/completions",
+                               "body": {"model": model, "max_tokens": max_tokens, "cache": False,
+                                        "messages": [{"role": "user", "content": f"Fact {i} ({tag}) about rivers?"}]}})
+                   + "\n" for i in range(lines))
+    file_id = requests.post(f"{url}/v1/files", data={"purpose": "batch"},
+                            files={"file": ("in.jsonl", io.BytesIO(text.encode()))}, timeout=60).json()["id"]
+    return requests.post(f"{url}/v1/batches", json={"input_file_id": file_id, "endpoint": "/v1/chat/completions",
+                                                    "completion_window": "24h"}, timeout=60).json()["id"]
+
+
+def wait(url: str, batch_id: str, statuses: tuple[str, ...], timeout: float = 1800) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = requests.get(f"{url}/v1/batches/{batch_id}", timeout=30).json()
+        if state["status"] in statuses:
+            return state
+        time.sleep(0.5)
+    raise TimeoutError(f"batch {batch_id} still {state['status']}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--redis", default="redis://127.0.0.1:6379/0")
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--lines", type=int, default=1000)
+    parser.add_argument("--batch-max-tokens", type=int, default=8)
+    parser.add_argument("--clients", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=4)
+    parser.add_argument("--max-tokens", type=int, default=32, help="per interactive request")
+    parser.add_argument("--logs", default="/tmp/llmq-batch-bench")
+    args = parser.parse_args()
+
+    stack = Stack(args.redis, args.model, Path(args.logs))
+    stack.start_batch_worker()
+    try:
+        stack.wait_ready()
+        model = requests.get(f"{stack.url}/v1/models", timeout=10).json()["data"][0]["id"]
+        interactive(stack.url, model, 2, 1, 4, "warm-up")
+        alone = interactive(stack.url, model, args.clients, args.rounds, args.max_tokens, "alone")
+
+        t0 = time.perf_counter()
+        state = wait(stack.url, start_batch(stack.url, model, args.lines, args.batch_max_tokens, "solo"),
+                     ("completed", "failed", "expired", "cancelled"))
+        elapsed = time.perf_counter() - t0
+        counts = state["request_counts"]
+        batch_alone = {"lines": counts["total"], "completed": counts["completed"], "seconds": round(elapsed, 1),
+                       "lines_per_s": round(counts["completed"] / elapsed, 2),
+                       "output_tokens_per_s": round(state["usage"]["output_tokens"] / elapsed, 1)}
+
+        batch_id = start_batch(stack.url, model, args.lines, args.batch_max_tokens, "mixed")
+        wait(stack.url, batch_id, ("in_progress",))
+        time.sleep(3)  # let the batch fill the worker's slots
+        under = interactive(stack.url, model, args.clients, args.rounds, args.max_tokens, "under-batch")
+        progress = requests.get(f"{stack.url}/v1/batches/{batch_id}", timeout=30).json()["request_counts"]
+        requests.post(f"{stack.url}/v1/batches/{batch_id}/cancel", timeout=30)
+        ended = wait(stack.url, batch_id, ("cancelled", "completed"))
+        counts = ended["request_counts"]
+        accounted = counts["completed"] + counts["failed"] == counts["total"]
+    finally:
+        stack.stop()
+    report = {"interactive_alone": alone, "interactive_under_batch": under, "batch_alone": batch_alone,
+              "batch_lines_done_during_interactive_phase": progress["completed"],
+              "cancelled_batch_every_line_accounted": accounted,
+              "p95_ttft_ratio_under_batch": round(under["p95_ttft_s"] / alone["p95_ttft_s"], 2),
+              "settings": {"lines": args.lines, "batch_max_tokens": args.batch_max_tokens,
+                           "clients": args.clients, "rounds": args.rounds, "interactive_max_tokens": args.max_tokens}}
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,107 @@
+"""Uploaded files and batch output files, in Redis (OpenAI's `/v1/files` objects).
+
+Redis is the one store every API process and worker already shares (several API processes on
+several hosts, model-less batch workers), so files live there too: a metadata hash and the
+content as a list of chunks of at most `CHUNK_CHARS` characters (no single huge value to block
+Redis or the client), both with a TTL of `file_ttl_s` (`expires_at` in the file object). Each
+owner (API key id, or `ANONYMOUS` without auth) has a sorted set of its file ids for listing.
+Content is text (JSONL): batch input must be UTF-8, and the output files are written by llmq.
+"""
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import redis
+
+from common.fair_queue import ANONYMOUS
+from common.keys import Keys
+
+CHUNK_CHARS = 4 * 1024 * 1024
+_INT_FIELDS = ("bytes", "created_at", "expires_at", "lines")
+
+
+def count_lines(content: str) -> int:
+    """Non-blank lines: the requests a batch input file holds."""
+    return sum(1 for line in content.splitlines() if line.strip())
+
+
+def file_object(meta: dict[str, Any]) -> dict[str, Any]:
+    """The file as OpenAI's API shows it."""
+    return {"id": meta["id"], "object": "file", "bytes": meta["bytes"], "created_at": meta["created_at"],
+            "filename": meta["filename"], "purpose": meta["purpose"], "expires_at": meta.get("expires_at"),
+            "status": "processed", "status_details": None}
+
+
+class FileStore:
+    def __init__(self, client: redis.Redis, keys: Keys, ttl_s: int):
+        self.r = client
+        self.keys = keys
+        self.ttl_s = ttl_s
+
+    def create(self, owner: str | None, filename: str, purpose: str, content: str,
+               file_id: str | None = None) -> dict[str, Any]:
+        """Store a file whole (MULTI/EXEC: readers never see half of it). Giving `file_id` makes
+        the write idempotent: writing the same id again replaces the file (batch outputs)."""
+        file_id = file_id or f"file-{uuid.uuid4().hex}"
+        owner = owner or ANONYMOUS
+        now = int(time.time())
+        meta = {"id": file_id, "bytes": len(content.encode()), "created_at": now, "filename": filename,
+                "purpose": purpose, "expires_at": now + self.ttl_s, "owner": owner,
+                "lines": count_lines(content)}
+        data_key = self.keys.file_data(file_id)
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(data_key)
+        for start in range(0, len(content), CHUNK_CHARS):
+            pipe.rpush(data_key, content[start:start + CHUNK_CHARS])
+        pipe.expire(data_key, self.ttl_s)
+        pipe.delete(self.keys.file(file_id))
+        pipe.hset(self.keys.file(file_id), mapping=meta)
+        pipe.expire(self.keys.file(file_id), self.ttl_s)
+        pipe.zadd(self.keys.files_of(owner), {file_id: now})
+        pipe.expire(self.keys.files_of(owner), self.ttl_s)
+        pipe.execute()
+        return meta
+
+    def get(self, file_id: str) -> dict[str, Any] | None:
+        """The file's metadata (with `owner`), or None when unknown, deleted or expired."""
+        raw = self.r.hgetall(self.keys.file(file_id))
+        if not raw:
+            return None
+        return {k: int(v) if k in _INT_FIELDS else v for k, v in raw.items()}
+
+    def content(self, file_id: str) -> str | None:
+        chunks = self.r.lrange(self.keys.file_data(file_id), 0, -1)
+        if not chunks and not self.r.exists(self.keys.file(file_id)):
+            return None
+        return "".join(chunks)
+
+    def delete(self, file_id: str) -> bool:
+        meta = self.get(file_id)
+        if meta is None:
+            return False
+        pipe = self.r.pipeline(transaction=True)
+        pipe.delete(self.keys.file(file_id), self.keys.file_data(file_id))
+        pipe.zrem(self.keys.files_of(meta["owner"]), file_id)
+        pipe.execute()
+        return True
+
+    def list(self, owner: str | None, purpose: str | None = None, after: str | None = None,
+             limit: int = 10000, newest_first: bool = True) -> tuple[list[dict[str, Any]], bool]:
+        """An owner's files in creation order, starting after file `after`; (files, has_more).
+        Ids of expired files are dropped from the index as they are met."""
+        index = self.keys.files_of(owner or ANONYMOUS)
+        ids = self.r.zrevrange(index, 0, -1) if newest_first else self.r.zrange(index, 0, -1)
+        if after is not None:
+            ids = ids[ids.index(after) + 1:] if after in ids else []
+        found: list[dict[str, Any]] = []
+        for file_id in ids:
+            meta = self.get(file_id)
+            if meta is None:
+                self.r.zrem(index, file_id)
+            elif purpose is None or meta["purpose"] == purpose:
+                if len(found) == limit:
+                    return found, True
+                found.append(meta)
+        return found, False

@@ -1,0 +1,3 @@
+from llmq_cli.main import cli
+
+cli()

@@ -1,0 +1,72 @@
+"""Nothing is lost: a batch survives a worker killed with SIGKILL, its batch worker killed, the
+API restarted and Redis restarted (append-only file on, as production should run it), and ends
+with every line accounted for exactly once. Uses a private redis-server; the shared one is never
+touched."""
+import time
+
+import pytest
+import requests
+
+from api import create_app
+from tests.batch_helpers import BatchWorkerProcess, chat_line, create_batch, results, upload, wait_batch
+from tests.conftest import LiveServer, make_settings
+from tests.test_redis_outage import PrivateRedis
+
+pytestmark = pytest.mark.slow
+LINES = 40
+
+
+def progress(base, batch_id):
+    try:
+        counts = requests.get(f"{base}/v1/batches/{batch_id}", timeout=10).json()["request_counts"]
+        return counts["completed"] + counts["failed"]
+    except (requests.RequestException, ValueError, KeyError):
+        return 0
+
+
+def wait_progress(base, batch_id, at_least, timeout=120):
+    deadline = time.monotonic() + timeout
+    while progress(base, batch_id) < at_least:
+        assert time.monotonic() < deadline, f"batch stuck below {at_least} lines"
+        time.sleep(0.2)
+
+
+def test_batch_survives_worker_kill_api_restart_and_redis_restart(start_worker, model_ref, tmp_path_factory):
+    private = PrivateRedis(tmp_path_factory.mktemp("redis"))
+    private.start()
+    logs = tmp_path_factory.mktemp("logs")
+    settings = make_settings(redis_url=f"{private.url}/0", visibility_timeout_s=4, broker_restore_interval_s=1,
+                             heartbeat_s=1, batch_poll_s=0.5)
+    worker = start_worker(settings)
+    batch_worker = BatchWorkerProcess(settings, logs / "batch-worker.log")
+    server = LiveServer(create_app(settings))
+    try:
+        lines = [chat_line(f"f{i}", f"Tell me fact number {i} about the sea.", max_tokens=24, cache=False)
+                 for i in range(LINES)]
+        batch_id = create_batch(server.url, upload(server.url, lines))["id"]
+        wait_progress(server.url, batch_id, 3)
+
+        worker.kill()  # SIGKILL with jobs in its batch: they come back after the visibility timeout
+        worker = start_worker(settings)
+        batch_worker.kill()  # and the batch's own worker, mid-step or between steps
+        batch_worker = BatchWorkerProcess(settings, logs / "batch-worker.log")
+        server.stop()  # the API holds no state: a new process carries on
+        server = LiveServer(create_app(settings))
+        done = progress(server.url, batch_id)
+        wait_progress(server.url, batch_id, done + 3)
+
+        private.stop()  # Redis restart: the append-only file keeps jobs, batch and broker messages
+        time.sleep(1)
+        private.start()
+
+        state = wait_batch(server.url, batch_id, timeout=300)
+        assert state["status"] == "completed", state
+        output, errors = results(server.url, state)
+        assert sorted(line["custom_id"] for line in output + errors) == sorted(f"f{i}" for i in range(LINES))
+        assert state["request_counts"] == {"total": LINES, "completed": len(output), "failed": len(errors)}
+        assert not errors, errors[:3]  # a lost worker's jobs are redone, not failed
+    finally:
+        server.stop()
+        batch_worker.stop()
+        worker.stop()
+        private.stop()
