@@ -396,6 +396,12 @@ class JobStore:
         pipe.set(self.keys.worker_alive(info["name"]), "1", ex=ttl_s)
         pipe.execute()
 
+    def forget_worker(self, name: str) -> None:
+        pipe = self.r.pipeline()
+        pipe.hdel(self.keys.workers, name)
+        pipe.delete(self.keys.worker_alive(name))
+        pipe.execute()
+
     def live_workers(self) -> list[dict[str, Any]]:
         """Heartbeat info of every worker whose heartbeat is still fresh. Entries of workers whose
         heartbeat has expired are removed, so the hash does not grow with every worker ever run."""

@@ -48,7 +48,8 @@ def settings_env(settings: Settings) -> dict[str, str]:
     for name, value in settings.model_dump().items():
         if value is not None:
             env[f"LLMQ_{name.upper()}"] = str(value)
-    env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false")
+    env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
+               PYTHON=sys.executable)  # ops scripts run with the tests' Python, not a .venv of their own
     return env
 
 

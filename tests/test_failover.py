@@ -14,7 +14,7 @@ import requests
 
 from api import create_app
 from bench.redis_ha import RedisGroup
-from tests.conftest import LiveServer, cleanup_namespace, make_settings, redis_port
+from tests.conftest import LiveServer, cleanup_namespace, free_port, make_settings, redis_port
 from tests.sse_follower import Follower
 
 pytestmark = pytest.mark.slow
@@ -46,7 +46,8 @@ def final_record(base, job_id, timeout=240):
 
 
 def test_master_killed_under_streaming_jobs_every_job_ends_once(group, start_worker, model_ref):
-    settings = make_settings(redis_url="redis://unused:0/0", redis_sentinels=group.sentinels_setting,
+    down = f"127.0.0.1:{free_port()}"  # the first sentinel listed is down (the trap of celery#5538)
+    settings = make_settings(redis_url="redis://unused:0/0", redis_sentinels=f"{down},{group.sentinels_setting}",
                              max_batch_size=4, heartbeat_s=1, visibility_timeout_s=10,
                              broker_restore_interval_s=1)
     worker = start_worker(settings)

@@ -48,9 +48,12 @@ def main(argv: list[str] | None = None) -> None:
     from worker.tasks import app
 
     name = args.name or f"llmq-{runtime.model.name}-{os.getpid()}@%h"
-    app.worker_main(["worker", "--pool", "threads", "--concurrency", str(args.concurrency),
-                     "--queues", runtime.queue, "--hostname", name, "--loglevel", args.loglevel,
-                     "--task-events", "--without-gossip", "--without-mingle"])
+    try:
+        app.worker_main(["worker", "--pool", "threads", "--concurrency", str(args.concurrency),
+                         "--queues", runtime.queue, "--hostname", name, "--loglevel", args.loglevel,
+                         "--task-events", "--without-gossip", "--without-mingle"])
+    finally:  # a clean shutdown (its jobs done or handed back): gone from /health at once
+        runtime.sign_off()
 
 
 if __name__ == "__main__":

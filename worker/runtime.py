@@ -46,6 +46,7 @@ class WorkerRuntime:
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
         self.leases = Leases(self.store, self.name, lease_ttl(settings))
         self.meter = LoadMeter()
+        self._stopping = threading.Event()
 
     @classmethod
     def build(cls, settings: Settings) -> "WorkerRuntime":
@@ -62,15 +63,24 @@ class WorkerRuntime:
     def start_heartbeat(self) -> None:
         threading.Thread(target=self._heartbeat_forever, name="heartbeat", daemon=True).start()
 
+    def sign_off(self) -> None:
+        """On a clean shutdown: stop beating and leave the live workers at once (a killed worker
+        leaves when its heartbeat goes stale)."""
+        self._stopping.set()
+        try:
+            self.store.forget_worker(self.name)
+        except redis.RedisError as exc:
+            log.warning("could not sign off: %s", exc)
+
     def _heartbeat_forever(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             try:
                 self.heartbeat()
             except redis.RedisError as exc:
                 log.warning("heartbeat failed: %s", exc)
             except Exception:  # never let the thread die: leases depend on it
                 log.exception("heartbeat failed")
-            time.sleep(self.settings.heartbeat_s)
+            self._stopping.wait(self.settings.heartbeat_s)
 
     def heartbeat(self) -> None:
         stats = self.loop.engine.stats
