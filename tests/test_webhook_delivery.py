@@ -204,3 +204,14 @@ def test_identical_requests_each_get_their_own_completed_event(live_api, control
     assert payloads["/hook?n=1"]["data"]["id"] == ids[0]
     texts = {p["data"]["text"] for p in payloads.values()}
     assert len(texts) == 1 and texts != {""}
+
+
+def test_openai_request_names_a_webhook_through_extra_fields(live_api, control_worker, receiver):
+    response = requests.post(f"{live_api}/v1/chat/completions", json={
+        "model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "Say hi."}],
+        "max_tokens": 8, "temperature": 0.7, "webhook": receiver.url}, timeout=120)
+    assert response.status_code == 200, response.text
+    (request,) = receiver.wait_for(1)
+    data = verify(request)["data"]
+    assert data["id"] == response.headers["X-LLMQ-Job-Id"]
+    assert data["text"] == response.json()["choices"][0]["message"]["content"]
