@@ -101,7 +101,7 @@ class Settings(BaseSettings):
 
     # Webhooks: signed callbacks when a job (or a batch) changes state; see common/webhooks.py
     webhook_secrets: str = Field(
-        "", description="space-separated signing secrets 'whsec_<base64>'; every delivery is signed "
+        "", repr=False, description="space-separated signing secrets 'whsec_<base64>'; every delivery is signed "
                         "with each (rotation: add the new one, drop the old one later); empty: "
                         "webhooks are off and requests naming one are refused")
     webhook_allow_networks: str = Field(
@@ -121,6 +121,14 @@ class Settings(BaseSettings):
         from common.webhook_rules import secret_keys
 
         secret_keys(value)  # a bad secret stops the process at start, not at the first delivery
+        return value
+
+    @field_validator("webhook_allow_networks")
+    @classmethod
+    def _networks_parse(cls, value: str) -> str:
+        from common.webhook_rules import allowed_networks
+
+        allowed_networks(value)  # 'not a network' is a start-up error
         return value
 
     # Files and batches (OpenAI's /v1/files and /v1/batches)

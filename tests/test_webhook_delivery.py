@@ -186,3 +186,32 @@ def test_cancelling_a_queued_job_delivers_completed_with_status_cancelled(settin
     while client.get(f"/v1/jobs/{job['id']}").json["webhook"]["state"] != "delivered":
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_identical_requests_each_get_their_own_completed_event(live_api, control_worker, receiver):
+    """The second request rides on the first one's generation (coalescing) or, if that already
+    ended, is answered from the cache: either way each job's webhook carries its own id and the
+    same text."""
+    body = {"prompt": "Name three colours.", "max_tokens": 24, "temperature": 0}
+    ids = []
+    for n in (1, 2):
+        response = requests.post(f"{live_api}/v1/jobs", json={**body, "webhook": f"{receiver.url}?n={n}"},
+                                 timeout=30)
+        assert response.status_code in (200, 202), response.text
+        ids.append(response.json()["id"])
+    payloads = {r["path"]: verify(r) for r in receiver.wait_for(2, timeout=120)}
+    assert {p["data"]["id"] for p in payloads.values()} == set(ids)
+    assert payloads["/hook?n=1"]["data"]["id"] == ids[0]
+    texts = {p["data"]["text"] for p in payloads.values()}
+    assert len(texts) == 1 and texts != {""}
+
+
+def test_openai_request_names_a_webhook_through_extra_fields(live_api, control_worker, receiver):
+    response = requests.post(f"{live_api}/v1/chat/completions", json={
+        "model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "Say hi."}],
+        "max_tokens": 8, "temperature": 0.7, "webhook": receiver.url}, timeout=120)
+    assert response.status_code == 200, response.text
+    (request,) = receiver.wait_for(1)
+    data = verify(request)["data"]
+    assert data["id"] == response.headers["X-LLMQ-Job-Id"]
+    assert data["text"] == response.json()["choices"][0]["message"]["content"]

@@ -51,6 +51,11 @@ def test_bad_secrets_are_refused_at_start(bad):
         make_settings(webhook_secrets=bad)
 
 
+def test_bad_allowed_networks_are_refused_at_start():
+    with pytest.raises(ValueError, match="does not appear to be an IPv4 or IPv6 network"):
+        make_settings(webhook_allow_networks="10.0.0.0/8, nope")
+
+
 @pytest.mark.parametrize("url, reason", [
     ("ftp://example.com/x", "only http and https"),
     ("http:///path", "no host"),

@@ -3,9 +3,9 @@ glue), so it can be driven directly.
 
 Policy: a 2xx ends the delivery; 410 Gone ends it for good (the receiver asked for no more); an
 address that is not allowed ends it (it will not become allowed by waiting); anything else (another
-status, a redirect, which is never followed, a timeout, a refused connection) is retried after the
-receiver's `Retry-After`, or else after an exponential backoff with jitter, as long as the retry
-falls within `webhook_retry_horizon_s` of the event. Every attempt sends the same body under the
+status, a redirect, which is never followed, a timeout, a refused connection) is retried after an
+exponential backoff with jitter, or after the receiver's `Retry-After` when that is later, as long
+as the retry falls within `webhook_retry_horizon_s` of the event. Every attempt sends the same body under the
 same `webhook-id`, with a fresh `webhook-timestamp` and signature.
 
 A wait is never slept in a thread: it is a Celery countdown. A countdown longer than half the
@@ -165,7 +165,9 @@ class WebhookSender:
         elif outcome.final:
             fields["state"] = FAILED
         else:
-            delay = outcome.retry_after if outcome.retry_after is not None else backoff(self.settings, attempt)
+            # Retry-After is the earliest time to come back; the backoff still grows, so a
+            # receiver answering `Retry-After: 0` is not called in a tight loop
+            delay = max(outcome.retry_after or 0.0, backoff(self.settings, attempt))
             if now + delay > delivery["created_at"] + self.settings.webhook_retry_horizon_s:
                 fields["state"] = FAILED
                 fields["last_error"] = (f"{outcome.error}; gave up: the next attempt would fall past "
