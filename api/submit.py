@@ -99,6 +99,11 @@ def submit_batch_line(svc: Services, job_id: str, fields: dict, digest: str | No
     _send_ticket(svc, job_id, fields, spare=True)
 
 
+def send_spare_ticket(svc: Services, record: dict) -> None:
+    """One more ticket for a queued job's model queue (see `_send_ticket`)."""
+    _send_ticket(svc, record["id"], record, spare=True)
+
+
 def _send_ticket(svc: Services, job_id: str, fields: dict, spare: bool = False) -> None:
     """The Celery message: a ticket for the model's fair queue (common/fair_queue.py). A spare
     ticket (a batch line's, possibly sent twice) gets a task id of its own, since a ticket's id

@@ -225,3 +225,17 @@ def test_watchdog_kicks_only_stalled_batches_and_replaces_their_chain(stack):
     assert watchdog_pass(svc) == [batch_id]
     assert svc.redis.get(tick_key) not in (None, first)  # the old chain's next step will do nothing
     assert BatchRunner(svc).advance(batch_id) is False and watchdog_pass(svc) == []
+
+
+def test_a_stalled_batch_tops_up_the_tickets_of_its_queued_lines(stack):
+    client, svc = stack
+    batch_id = run_to_in_progress(client, svc, 3)
+    queue = svc.store.get(line_job_id(batch_id, 1))["queue"]
+    tickets = lambda: sum(svc.redis.llen(key) for key in svc.keys.broker_lists(queue))
+    before = tickets()
+    assert before == 3  # one per line
+    assert not BatchRunner(svc).advance(batch_id) and tickets() == before  # not stalled yet
+    svc.batches.update(batch_id, in_progress_at=int(time.time()) - 60)  # nothing ended for a minute
+    assert not BatchRunner(svc).advance(batch_id)
+    assert tickets() == before + 3 and svc.batches.get(batch_id)["topped_up_at"]
+    assert not BatchRunner(svc).advance(batch_id) and tickets() == before + 3  # once per stall period

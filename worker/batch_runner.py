@@ -22,7 +22,7 @@ from collections.abc import Callable
 
 from api.batch_lines import ENDPOINTS, PreparedLine, check_file, result_of, stopped
 from api.services import Services
-from api.submit import submit_batch_line
+from api.submit import send_spare_ticket, submit_batch_line
 from common.batches import TERMINAL, BatchStore, line_job_id, on_batch_ended
 from common.files import FileStore
 from common.jobs import decode_record
@@ -30,6 +30,8 @@ from common.jobs import decode_record
 log = logging.getLogger(__name__)
 _ENDED = ("succeeded", "failed", "cancelled", "expired")
 _READ_CHUNK = 500
+_STALL_S = 30.0  # no line ended for this long while lines wait: top up their tickets
+_SPARE_TICKETS = 32
 
 
 class BatchRunner:
@@ -119,6 +121,8 @@ class BatchRunner:
         batch_id = batch["id"]
         _, surface = ENDPOINTS[batch["endpoint"]]
         pending = self.batches.pending(batch_id)
+        queued: list[dict] = []
+        recorded = False
         for start in range(0, len(pending), _READ_CHUNK):
             renew()
             lines = pending[start:start + _READ_CHUNK]
@@ -131,11 +135,30 @@ class BatchRunner:
                     continue
                 record = decode_record(raw)
                 if record["status"] not in _ENDED:
+                    if record["status"] == "queued" and not record.get("coalesced_into"):
+                        queued.append(record)
                     continue
                 prepared = self._request(batch_id, line)
                 ok, result = result_of(surface, prepared.custom_id, record, ending)
-                self.batches.record_result(batch_id, line, ok, result, record.get("prompt_tokens", 0),
-                                           record.get("completion_tokens", 0))
+                recorded |= self.batches.record_result(batch_id, line, ok, result, record.get("prompt_tokens", 0),
+                                                       record.get("completion_tokens", 0))
+        if recorded:
+            self.batches.update(batch_id, progress_at=time.time())
+        elif queued and not ending:
+            self._top_up_tickets(batch, queued)
+
+    def _top_up_tickets(self, batch: dict, queued: list[dict]) -> None:
+        """Lines are queued but none has ended for `_STALL_S`: send spare tickets. A ticket can be
+        lost outside llmq's records (a broker message popped by a worker just as Redis went
+        down); a spare one that finds nothing to run does nothing, so this is always safe."""
+        last = max(float(batch.get(name) or 0) for name in ("progress_at", "topped_up_at", "in_progress_at"))
+        if time.time() - last < _STALL_S:
+            return
+        log.warning("batch %s: no line ended for %.0f s; %d spare tickets", batch["id"], _STALL_S,
+                    min(len(queued), _SPARE_TICKETS))
+        self.batches.update(batch["id"], topped_up_at=time.time())
+        for record in queued[:_SPARE_TICKETS]:
+            send_spare_ticket(self.svc, record)
 
     def _requeue(self, batch: dict, line: int, ending: str | None) -> None:
         """A line whose job record is gone (lost with a Redis that kept no copy): queue it again,
