@@ -1,6 +1,6 @@
 """OpenAI's Batch API (`/v1/batches`): create, retrieve, list, cancel.
 
-The API only records the batch and schedules its first step; a batch worker (worker/batch_tasks.py)
+The API only records the batch and schedules its first step; the control worker (worker/batch_tasks.py)
 validates the input file, queues one job per line at the "batch" priority, collects results and
 writes the output files. A key sees only its own batches. Errors have OpenAI's shape.
 """
@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import time
 from typing import Any
-from urllib.parse import urlsplit
 
 from flask import Blueprint, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -21,9 +20,9 @@ from api.jobs import json_body
 from api.openai_api import openai_error
 from api.services import services
 from common.batches import CANCELLABLE, batch_object, kick
+from common.webhooks import WebhookUrlError, validate_webhook_url
 
 bp = Blueprint("batches", __name__, url_prefix="/v1/batches")
-WEBHOOK_MAX_CHARS = 2048
 
 
 class BatchCreate(BaseModel):
@@ -34,7 +33,8 @@ class BatchCreate(BaseModel):
     completion_window: str
     metadata: dict[str, str] | None = Field(None, max_length=16)
     output_expires_after: dict[str, Any] | None = None  # accepted; output files follow file_ttl_s
-    webhook: str | None = Field(None, description="URL told when the batch ends (http or https)")
+    webhook: str | None = Field(None, max_length=2048, description="URL told when the batch ends "
+                                "(a signed `batch.<status>` event, as for jobs)")
 
     @field_validator("endpoint")
     @classmethod
@@ -58,15 +58,13 @@ class BatchCreate(BaseModel):
                 raise ValueError("metadata keys are at most 64 characters, values at most 512")
         return value
 
-    @field_validator("webhook")
-    @classmethod
-    def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return value
-        parts = urlsplit(value)
-        if len(value) > WEBHOOK_MAX_CHARS or parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"webhook must be an http(s) URL of at most {WEBHOOK_MAX_CHARS} characters")
-        return value
+
+def shown(record: dict) -> dict:
+    """The batch object, with its webhook's delivery state when it named one."""
+    obj = batch_object(record)
+    if record.get("webhook"):
+        obj["webhook"] = services().webhooks.view(record["id"], record["webhook"], ["ended"])
+    return obj
 
 
 def batch_or_404(batch_id: str) -> dict:
@@ -86,24 +84,29 @@ def create():
         raise ApiError(400, "invalid_value", f"file {body.input_file_id} has purpose "
                                              f"{input_file['purpose']!r}; a batch needs purpose 'batch'",
                        param="input_file_id")
+    if body.webhook is not None:  # the same address rules as a job's webhook
+        try:
+            validate_webhook_url(body.webhook, svc.settings)
+        except WebhookUrlError as exc:
+            raise ApiError(400, "invalid_value", f"webhook: {exc}", param="webhook")
     now = int(time.time())
     record = svc.batches.create(owner_id(), {
         "endpoint": body.endpoint, "input_file_id": body.input_file_id,
         "completion_window": body.completion_window, "metadata": body.metadata, "webhook": body.webhook,
         "created_at": now, "expires_at": now + int(svc.settings.batch_window_s)})
     kick(svc.redis, svc.celery, svc.keys, record["id"])  # if this fails, the watchdog will
-    return jsonify(batch_object(record))
+    return jsonify(shown(record))
 
 
 @bp.get("/<batch_id>")
 def retrieve(batch_id: str):
-    return jsonify(batch_object(batch_or_404(batch_id)))
+    return jsonify(shown(batch_or_404(batch_id)))
 
 
 @bp.get("")
 def list_batches():
     found, has_more = services().batches.list(owner_id(), request.args.get("after"), page_limit(20, 100))
-    data = [batch_object(record) for record in found]
+    data = [shown(record) for record in found]
     return jsonify({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
                     "last_id": data[-1]["id"] if data else None, "has_more": has_more})
 
@@ -118,7 +121,7 @@ def cancel(batch_id: str):
         status = (svc.batches.get(batch_id) or record)["status"]
         if status != "cancelling":  # cancelling again is fine; an ended batch cannot be cancelled
             raise ApiError(409, "batch_not_cancellable", f"Cannot cancel a batch with status {status!r}")
-    return jsonify(batch_object(svc.batches.get(batch_id)))
+    return jsonify(shown(svc.batches.get(batch_id)))
 
 
 @bp.errorhandler(Exception)

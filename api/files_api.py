@@ -1,6 +1,6 @@
 """OpenAI's Files API (`/v1/files`), for batch input files and batch results.
 
-Files are kept in Redis (common/files.py), where every API process and batch worker reads them.
+Files are kept in Redis (common/files.py), where every API process and control worker reads them.
 Uploads are multipart (`file`, `purpose`), as the openai client sends them; `purpose` must be
 "batch" (batch output files have "batch_output"). Sizes and line counts over the limits
 (`file_max_bytes`, `file_max_lines`) are a 413. A key sees only its own files; another key's

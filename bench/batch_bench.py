@@ -3,7 +3,7 @@ and while a large batch runs, and the batch's throughput when it runs alone.
 
     flock /tmp/llmq-bench.lock python -m bench.batch_bench [--lines 1000] [--clients 8]
 
-One stack (model worker, model-less batch worker, API) on loopback. Phases, in order:
+One stack (model worker, model-less control worker, API) on loopback. Phases, in order:
 1. interactive alone: N clients, each streaming R chat completions one after another;
 2. batch alone: a batch of L lines (max_tokens --batch-max-tokens), created to completed;
 3. interactive while a second batch of L lines is in progress (the batch is then cancelled, to

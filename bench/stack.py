@@ -54,9 +54,9 @@ class Stack:
         ]
 
     def start_batch_worker(self) -> None:
-        """The model-less batch worker (`python -m worker.batch_worker`), for batch benchmarks."""
+        """The model-less control worker (`python -m worker.control`): it runs the batch steps."""
         self.procs.append(subprocess.Popen(
-            [sys.executable, "-m", "worker.batch_worker"], cwd=ROOT, env=self.env,
+            [sys.executable, "-m", "worker.control"], cwd=ROOT, env=self.env,
             stdout=open(self.log_dir / "batch_worker.log", "w"), stderr=subprocess.STDOUT))
 
     def wait_ready(self, timeout: float = 180) -> None:

@@ -5,7 +5,7 @@ the prepared job), `pending` (lines not yet accounted for), `results` (line numb
 or error line). A line is accounted for exactly once: `record_result` is one Lua script that
 writes the line's result only if it has none (HSETNX), and in the same step takes it out of
 `pending` and adds to the counts and usage. Status changes are compare-and-set scripts, so the
-API (cancel) and the batch worker (progress) never overwrite each other; each terminal change is
+API (cancel) and the control worker (progress) never overwrite each other; each terminal change is
 made by exactly one caller, which then calls `on_batch_ended`.
 
 Status machine (OpenAI's): validating -> in_progress -> finalizing -> completed; validating ->
@@ -17,13 +17,16 @@ from __future__ import annotations
 import json
 import time
 import uuid
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 
 from common.fair_queue import ANONYMOUS
 from common.keys import Keys
 from common.settings import Settings
+
+if TYPE_CHECKING:
+    from common.webhooks import Webhooks
 
 TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 CANCELLABLE = ("validating", "in_progress")
@@ -58,10 +61,12 @@ return 1
 """
 
 
-def on_batch_ended(settings: Settings, batch: dict[str, Any]) -> None:
+def on_batch_ended(webhooks: Webhooks, batch: dict[str, Any]) -> None:
     """Called once, by the one process that moved `batch` into a terminal state (completed,
-    failed, expired or cancelled), right after the change. The hook for telling the batch's
-    owner (its `webhook` URL, if it named one); nothing is sent from here yet."""
+    failed, expired or cancelled), right after the change: tells the batch's `webhook`, if it
+    named one, with a signed `batch.<status>` event carrying the batch object."""
+    if batch.get("webhook"):
+        webhooks.enqueue(batch["id"], f"batch.{batch['status']}", batch_object(batch), batch["webhook"])
 
 
 def batch_object(record: dict[str, Any]) -> dict[str, Any]:

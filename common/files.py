@@ -1,7 +1,7 @@
 """Uploaded files and batch output files, in Redis (OpenAI's `/v1/files` objects).
 
 Redis is the one store every API process and worker already shares (several API processes on
-several hosts, model-less batch workers), so files live there too: a metadata hash and the
+several hosts, model-less control workers), so files live there too: a metadata hash and the
 content as a list of chunks of at most `CHUNK_CHARS` characters (no single huge value to block
 Redis or the client), both with a TTL of `file_ttl_s` (`expires_at` in the file object). Each
 owner (API key id, or `ANONYMOUS` without auth) has a sorted set of its file ids for listing.

@@ -173,7 +173,7 @@ class Keys:
 
     @property
     def batches_active(self) -> str:
-        """Set of batches that have not ended: what the batch worker's watchdog looks after."""
+        """Set of batches that have not ended: what the control worker's watchdog looks after."""
         return f"{self.ns}:batches:active"
 
     @property

@@ -113,7 +113,8 @@ class Settings(BaseSettings):
     webhook_backoff_max_s: float = Field(3600.0, gt=0)
     webhook_retry_horizon_s: float = Field(
         86400.0, gt=0, description="no attempt is scheduled later than this after the event")
-    webhook_concurrency: int = Field(8, ge=1, description="deliveries a control worker sends at once")
+    control_concurrency: int = Field(8, ge=1, description="tasks (webhook deliveries, batch steps) a "
+                                     "control worker runs at once")
 
     @field_validator("webhook_secrets")
     @classmethod

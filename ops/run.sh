@@ -17,8 +17,7 @@ if [ "${LLMQ_CPU_WORKERS:-1}" -gt 1 ]; then
 else
   start_bg worker "$PY" -m worker --cpus "${LLMQ_CPUS:-0-$(($(nproc) - 1))}"
 fi
-start_bg control "$PY" -m worker.control  # webhook deliveries (no model)
-start_bg batch_worker "$PY" -m worker.batch_worker  # model-less: batch validation, progress, output files
+start_bg control "$PY" -m worker.control  # no model: webhook deliveries, batch steps
 start_bg api "$PY" -m gunicorn -k gthread --threads 64 -w 1 -b "127.0.0.1:$API_PORT" api.wsgi:app
 start_flower "$FLOWER_PORT"
 log "waiting for the worker to load the model"

@@ -1,4 +1,4 @@
-"""Helpers for the batch tests: a batch worker subprocess, input files, and reading results."""
+"""Helpers for the batch tests: a control worker subprocess, input files, and reading results."""
 from __future__ import annotations
 
 import json
@@ -17,11 +17,11 @@ MODEL = "SmolLM2-135M-Instruct"
 
 
 class BatchWorkerProcess:
-    """A real `python -m worker.batch_worker` subprocess (no model)."""
+    """A real `python -m worker.control` subprocess (no model): it runs the batch steps."""
 
     def __init__(self, settings: Settings, log_path: Path):
         self.log_path = log_path
-        self.proc = subprocess.Popen([sys.executable, "-m", "worker.batch_worker", "--loglevel", "INFO"],
+        self.proc = subprocess.Popen([sys.executable, "-m", "worker.control", "--loglevel", "INFO"],
                                      cwd=ROOT, env=settings_env(settings), stdout=open(log_path, "a"),
                                      stderr=subprocess.STDOUT)
 

@@ -1,4 +1,4 @@
-"""Nothing is lost: a batch survives a worker killed with SIGKILL, its batch worker killed, the
+"""Nothing is lost: a batch survives a worker killed with SIGKILL, its control worker killed, the
 API restarted and Redis restarted (append-only file on, as production should run it), and ends
 with every line accounted for exactly once. Uses a private redis-server; the shared one is never
 touched."""

@@ -1,4 +1,4 @@
-"""Batches on the live stack (API on a socket, a real model worker, a real batch worker): the
+"""Batches on the live stack (API on a socket, a real model worker, a real control worker): the
 `openai` client's Files and Batches calls unchanged, and the `llmq` command in a subprocess."""
 import json
 import os

@@ -1,7 +1,7 @@
 """Files and Batch APIs on the real Redis without a model worker: uploads and their limits,
 batch creation errors, validation failures with line numbers, cancel and expiry with every line
 accounted for, ownership between keys, and batch lines kept out of the interactive queue bound.
-Batch steps run in-process (worker/batch_runner.py), as a batch worker's task would run them."""
+Batch steps run in-process (worker/batch_runner.py), as a control worker's task would run them."""
 import io
 import json
 import time
@@ -92,8 +92,11 @@ def test_batch_create_errors(stack):
     assert_openai_error(client.get("/v1/batches/batch_nope"), 404)
     assert_openai_error(client.post("/v1/batches/batch_nope/cancel"), 404)
     assert client.get("/v1/batches").get_json()["data"] == []
-    ok = create(client, file_id, metadata={"k": "v"}, webhook="https://example.com/hook").get_json()
-    assert ok["status"] == "validating" and ok["metadata"] == {"k": "v"} and ok["webhook"] == "https://example.com/hook"
+    # a webhook follows the job webhooks' address rules (these tests allow loopback, nothing private)
+    assert_openai_error(create(client, file_id, webhook="http://10.0.0.1/hook"), 400, "webhook")
+    ok = create(client, file_id, metadata={"k": "v"}, webhook="http://127.0.0.1:9/hook").get_json()
+    assert ok["status"] == "validating" and ok["metadata"] == {"k": "v"}
+    assert ok["webhook"]["url"] == "http://127.0.0.1:9/hook" and ok["webhook"]["state"] == "waiting"
     assert ok["expires_at"] == ok["created_at"] + 3600
 
 
@@ -152,7 +155,7 @@ def test_batch_lines_wait_below_interactive_jobs_and_outside_the_queue_bound(sta
 def test_cancel_accounts_for_every_line_as_batch_cancelled(stack, monkeypatch):
     client, svc = stack
     ended = []
-    monkeypatch.setattr("worker.batch_runner.on_batch_ended", lambda settings, batch: ended.append(batch))
+    monkeypatch.setattr("worker.batch_runner.on_batch_ended", lambda webhooks, batch: ended.append(batch))
     batch_id = run_to_in_progress(client, svc, 6)
     cancelling = client.post(f"/v1/batches/{batch_id}/cancel").get_json()
     assert cancelling["status"] == "cancelling" and cancelling["cancelling_at"]
@@ -167,6 +170,21 @@ def test_cancel_accounts_for_every_line_as_batch_cancelled(stack, monkeypatch):
     assert_openai_error(client.post(f"/v1/batches/{batch_id}/cancel"), 409)
     assert BatchRunner(svc).advance(batch_id)  # a step too many changes nothing
     assert [b["status"] for b in ended] == ["cancelled"]  # the webhook hook, called once
+
+
+def test_an_ended_batch_queues_one_signed_event_for_its_webhook(stack):
+    client, svc = stack
+    file_id = upload(client, [chat_line("a", "Hi"), chat_line("b", "Yo")]).get_json()["id"]
+    batch_id = create(client, file_id, webhook="http://127.0.0.1:9/hook").get_json()["id"]
+    BatchRunner(svc).advance(batch_id)
+    client.post(f"/v1/batches/{batch_id}/cancel")
+    assert BatchRunner(svc).advance(batch_id) and BatchRunner(svc).advance(batch_id)
+    (delivery,) = svc.webhooks.deliveries(batch_id)  # once, however many steps ran after the end
+    assert delivery["type"] == "batch.cancelled"
+    body = json.loads(svc.webhooks.get(delivery["id"])["body"])
+    assert body["data"]["id"] == batch_id and body["data"]["request_counts"]["failed"] == 2
+    shown = client.get(f"/v1/batches/{batch_id}").get_json()["webhook"]
+    assert shown["deliveries"][0]["id"] == delivery["id"] and shown["state"] in ("pending", "failed")
 
 
 def test_a_batch_past_its_window_expires_with_batch_expired_lines(model_ref):

@@ -216,4 +216,4 @@ class BatchRunner:
 
     def _ended(self, batch_id: str) -> None:
         self.batches.forget(batch_id)
-        on_batch_ended(self.settings, self.batches.get(batch_id))
+        on_batch_ended(self.svc.webhooks, self.batches.get(batch_id))

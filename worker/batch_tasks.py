@@ -3,7 +3,7 @@ queue (`Keys.batch_queue`), and the watchdog that keeps every active batch movin
 
 A step runs under the batch's lock (so two never run at once), then schedules the next one
 (`common.batches.kick`) unless the batch has ended. The chain can break: a worker killed between
-steps, Redis gone when the next step was to be sent. The watchdog, a thread in every batch worker,
+steps, Redis gone when the next step was to be sent. The watchdog, a thread in every control worker,
 kicks any active batch whose last step is older than `_STALE_S`; all state is in Redis and every
 step is idempotent, so a kick too many costs one look.
 """
@@ -18,13 +18,11 @@ import redis
 
 from api.services import Services
 from common.batches import TASK_BATCH_ADVANCE, kick
-from common.celery_app import make_celery
 from common.settings import get_settings
 from worker.batch_runner import BatchRunner
+from worker.control_app import app
 
 log = logging.getLogger(__name__)
-app = make_celery(get_settings())
-app.conf.broker_transport = "common.broker:Transport"  # rides out Redis outages, as model workers do
 _LOCK_TTL_S = 20
 _STALE_S = 20.0
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"

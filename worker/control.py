@@ -1,8 +1,10 @@
 """`python -m worker.control`: the model-less Celery worker for control queues.
 
-It loads no model and imports no torch: it sends webhook deliveries (and whatever else is queued
-on a control queue), so that this work never waits behind generation and generation never waits
-on it. Threads pool: the work is network I/O. Run one or more anywhere that reaches Redis.
+It loads no model and imports no torch: it sends webhook deliveries and runs the steps of batches
+(validating input files, following their lines' jobs, writing output files; worker/batch_tasks.py),
+so that this work never waits behind generation and generation never waits on it. It also runs the
+batches' watchdog. Threads pool: the work is network I/O. Run one or more anywhere that reaches
+Redis; without one, webhooks are not sent and batches stay `validating`.
 """
 from __future__ import annotations
 
@@ -11,22 +13,22 @@ import os
 
 import redis
 
-from common.celery_app import TASK_DELIVER_WEBHOOK, make_celery
+from common.celery_app import TASK_DELIVER_WEBHOOK
 from common.keys import Keys
 from common.logs import setup_logging
 from common.redis_client import redis_client
 from common.settings import Settings, get_settings
 from common.webhooks import WEBHOOK_QUEUE, Webhooks
+from worker.batch_tasks import start_watchdog  # also registers the batch task
+from worker.control_app import app
 
-app = make_celery(get_settings())
-app.conf.broker_transport = "common.broker:Transport"  # rides out Redis outages (common/broker.py)
 _sender = None
 
 
 def control_queues(settings: Settings) -> list[str]:
     """Every queue this worker consumes."""
     keys = Keys(settings.namespace)
-    return [keys.control_queue(WEBHOOK_QUEUE)]
+    return [keys.control_queue(WEBHOOK_QUEUE), keys.batch_queue]
 
 
 def sender():
@@ -56,12 +58,13 @@ def deliver_webhook(self, delivery_id: str, attempt: int) -> None:
 def main(argv: list[str] | None = None) -> None:
     settings = get_settings()
     parser = argparse.ArgumentParser(prog="python -m worker.control", description=__doc__)
-    parser.add_argument("--concurrency", type=int, default=settings.webhook_concurrency,
+    parser.add_argument("--concurrency", type=int, default=settings.control_concurrency,
                         help="tasks run at once (threads)")
     parser.add_argument("--name", default=None, help="Celery node name")
     parser.add_argument("--loglevel", default=settings.log_level)
     args = parser.parse_args(argv)
     setup_logging(settings, "control")
+    start_watchdog()
     name = args.name or f"llmq-control-{os.getpid()}@%h"
     app.worker_main(["worker", "--pool", "threads", "--concurrency", str(args.concurrency),
                      "--queues", ",".join(control_queues(settings)), "--hostname", name,

@@ -109,7 +109,7 @@ class WebhookSender:
         self.settings = settings
         self.webhooks = webhooks
         self.keys = secret_keys(settings.webhook_secrets)
-        self.http = guarded_http(settings.webhook_allow_networks, settings.webhook_concurrency)
+        self.http = guarded_http(settings.webhook_allow_networks, settings.control_concurrency)
 
     def run(self, delivery_id: str, attempt: int) -> Next | None:
         """Make attempt `attempt` if it is due; returns when to run next, or None when done (or
