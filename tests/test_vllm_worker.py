@@ -59,7 +59,7 @@ def test_stream_resumes_after_last_event_id_and_usage_adds_up(vllm_stack):
     assert final["usage"]["prompt_tokens"] > 0
 
 
-def test_openai_stream_with_json_schema(vllm_stack):
+def test_openai_stream_with_json_schema(vllm_stack, model_ref):
     _, _, url = vllm_stack
     from openai import OpenAI
 
@@ -67,7 +67,7 @@ def test_openai_stream_with_json_schema(vllm_stack):
     schema = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
               "required": ["city", "country"], "additionalProperties": False}
     stream = client.chat.completions.create(
-        model="embedded", messages=[{"role": "user", "content": "Where is the Eiffel Tower?"}],
+        model=model_ref.name, messages=[{"role": "user", "content": "Where is the Eiffel Tower?"}],
         max_tokens=80, temperature=0, stream=True,
         response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema}})
     text, reasons = "", []
