@@ -91,7 +91,8 @@ def test_cancel_keeps_the_partial_text(vllm_stack):
 
 def test_identical_greedy_requests_are_coalesced(vllm_stack):
     _, _, url = vllm_stack
-    body = dict(messages=[{"role": "user", "content": "Name three colours."}], max_tokens=24, temperature=0)
+    body = dict(messages=[{"role": "user", "content": "Name three colours."}], max_tokens=24, temperature=0,
+                cache=True)  # the request digest (cache key) is what names identical requests
     first, second = submit(url, **body), submit(url, **body)
     assert second["coalesced"] and not first["coalesced"]
     assert wait_for_job(url, first["id"])["text"] == wait_for_job(url, second["id"])["text"]
