@@ -230,7 +230,7 @@ def compare(args) -> None:
     logs, results = args.out / "logs", {}
     model_path = str(resolve_model(Settings(model=args.model, allow_download=False)).path)
     batch = max(args.levels)
-    for engine in args.engines.split(","):
+    for engine in filter(None, args.engines.split(",")):
         env = {"LLMQ_DTYPE": args.dtype, "LLMQ_ENGINE": engine, "LLMQ_KV_CACHE_MB": str(args.kv_cache_mb),
                "LLMQ_MAX_BATCH_SIZE": str(batch), "LLMQ_VLLM_ENFORCE_EAGER": str(args.eager)}
         stack = Stack(args.redis_url, args.model, logs / engine, env)
