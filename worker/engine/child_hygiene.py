@@ -8,7 +8,9 @@ holding memory (about 650 MB each on CPU). `install()` wraps the target of every
 pickled with the process, so it works for both fork and spawn, and a child installs it again for
 its own children (vLLM's executor workers are grandchildren of the worker).
 
-Linux only; elsewhere `install()` does nothing.
+The kernel sends the signal when the *thread* that started the child ends, so engines are built
+on the worker's main thread (as `WorkerRuntime.build` does). Linux only; elsewhere `install()`
+does nothing.
 """
 from __future__ import annotations
 
