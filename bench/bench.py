@@ -3,6 +3,15 @@
     python -m bench.bench [--levels 1,4,8,16] [--max-tokens 64] [--requests-per-client 2]
                           [--url http://127.0.0.1:8000] [--skip-baseline]
 
+Side by side with other servers, all driven with the same OpenAI streaming chat load:
+
+    python -m bench.bench --openai --engines hf,vllm --vllm-server --llama-server PATH \
+        --levels 1,8,16 --max-tokens 128 --skip-baseline
+
+(`--engines`: one llmq stack per engine; `--vllm-server`: vLLM's own OpenAI server on the same
+model, so llmq-on-vLLM against it is the queue's cost; `--llama-server`: llama.cpp's server binary,
+built from source, on `--gguf`, by default the embedded model's GGUF.)
+
 Starts its own llmq stack (worker + gunicorn API, fresh namespace) unless --url is given, then the
 baseline (bench/baseline_server.py: one Flask process, model.generate under a lock), and drives
 both with the same closed-loop clients: each of N clients submits, streams the answer over SSE,
@@ -23,7 +32,7 @@ from pathlib import Path
 
 import requests
 
-from bench.stack import BaselineServer, PeerServer, Stack
+from bench.stack import BaselineServer, LlamaServer, PeerServer, Stack, VllmServer
 from common.models import EMBEDDED_GGUF, EMBEDDED_PACKAGE, resolve_model
 from common.settings import Settings
 from common.sseclient import iter_sse
@@ -75,28 +84,43 @@ def baseline_request(url: str, prompt: str, max_tokens: int) -> Sample:
         return _stream(resp, t0)
 
 
-def peer_request(url: str, prompt: str, max_tokens: int) -> Sample:
-    """OpenAI-style streaming chat completion; each content delta counts as one token."""
+_MODEL_IDS: dict[str, str] = {}
+
+
+def openai_request(url: str, prompt: str, max_tokens: int) -> Sample:
+    """OpenAI-style streaming chat completion of the server's (first) model. Tokens are the
+    usage the server reports in its last chunk, or one per content delta where it reports none."""
+    if url not in _MODEL_IDS:
+        _MODEL_IDS[url] = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
     t0 = time.perf_counter()
-    sample = Sample(ok=False)
+    sample, deltas, usage = Sample(ok=False), 0, None
     with requests.post(f"{url}/v1/chat/completions", stream=True, timeout=3600, json={
-            "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True}) as resp:
+            "model": _MODEL_IDS[url], "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": max_tokens, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}) as resp:
         for event in iter_sse(resp.iter_lines(chunk_size=None)):
             if event.data == "[DONE]":
                 sample.ok, sample.latency = True, time.perf_counter() - t0
                 break
-            delta = event.json()["choices"][0].get("delta", {}).get("content")
+            body = event.json()
+            usage = body.get("usage") or usage
+            delta = body["choices"][0].get("delta", {}).get("content") if body.get("choices") else None
             if delta:
-                sample.tokens += 1
+                deltas += 1
                 sample.ttft = sample.ttft or time.perf_counter() - t0
+    sample.tokens = usage["completion_tokens"] if usage else deltas
     return sample
+
+
+peer_request = openai_request
 
 
 def run_level(request_fn, url: str, clients: int, per_client: int, max_tokens: int) -> dict:
     def client(index: int) -> list[Sample]:
-        return [request_fn(url, f"Write a long, detailed story about {TOPICS[(index * per_client + i) % len(TOPICS)]}.",
-                           max_tokens) for i in range(per_client)]
+        # distinct prompts (a number in each), so no server can reuse another request's answer
+        return [request_fn(url, f"Story {index * per_client + i}: write a long, detailed story about "
+                                f"{TOPICS[(index * per_client + i) % len(TOPICS)]}.", max_tokens)
+                for i in range(per_client)]
 
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
@@ -166,7 +190,19 @@ def main() -> None:
                         help="baseline dtype: float32, what a plain model.generate server runs (and, "
                              "measured here, the faster one for generate(); bf16 generate() crawls)")
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    parser.add_argument("--openai", action="store_true",
+                        help="drive llmq through /v1/chat/completions streaming, like the other servers")
+    parser.add_argument("--engines", default="hf", help="llmq engines to run, one stack each: hf,vllm")
+    parser.add_argument("--kv-cache-mb", type=int, default=1024, help="KV memory for llmq and vLLM's server")
+    parser.add_argument("--eager", action="store_true", help="vLLM without its compile step (faster start)")
+    parser.add_argument("--vllm-server", action="store_true", help="also vLLM's own OpenAI server")
+    parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
+                        help="path of a built llama.cpp llama-server binary (or LLAMA_SERVER)")
+    parser.add_argument("--gguf", help="GGUF for llama-server (default: the embedded model's)")
     args = parser.parse_args()
+    if args.openai or args.engines != "hf":
+        compare(args)
+        return
 
     logs = args.out / "logs"
     stack = None if args.url else Stack(args.redis_url, args.model, logs, {"LLMQ_DTYPE": args.dtype})
@@ -187,6 +223,34 @@ def main() -> None:
     (args.out / f"bench-{stamp}.json").write_text(json.dumps(
         {"args": {k: str(v) for k, v in vars(args).items()}, "llmq": ours, "baseline": base,
          "peer": peer}, indent=2))
+
+
+def compare(args) -> None:
+    """Every server under the same OpenAI streaming load; a table of tokens/s and p95 TTFT."""
+    logs, results = args.out / "logs", {}
+    model_path = str(resolve_model(Settings(model=args.model, allow_download=False)).path)
+    batch = max(args.levels)
+    for engine in filter(None, args.engines.split(",")):
+        env = {"LLMQ_DTYPE": args.dtype, "LLMQ_ENGINE": engine, "LLMQ_KV_CACHE_MB": str(args.kv_cache_mb),
+               "LLMQ_MAX_BATCH_SIZE": str(batch), "LLMQ_VLLM_ENFORCE_EAGER": str(args.eager)}
+        stack = Stack(args.redis_url, args.model, logs / engine, env)
+        stack.wait_ready(600)
+        results[f"llmq-{engine}"] = measure(f"llmq-{engine}", stack, openai_request, args)
+    if args.vllm_server:
+        server = VllmServer(model_path, logs, args.dtype, args.kv_cache_mb, batch, args.eager)
+        results["vllm-server"] = measure("vllm", server, openai_request, args)
+    if args.llama_server:
+        server = LlamaServer(args.llama_server, args.gguf or str(embedded_gguf()), logs,
+                             threads=len(os.sched_getaffinity(0)), slots=batch)
+        results["llama-server"] = measure("llama.cpp", server, openai_request, args)
+    print(f"\n{'server':14s} | " + " | ".join(f"{c:>3} clients tok/s (p95 TTFT)" for c in args.levels))
+    for name, rows in results.items():
+        print(f"{name:14s} | " + " | ".join(f"{r['tokens_per_s']:>12.1f} ({r['ttft_p95']:.2f} s){'':5s}"
+                                             for r in rows))
+    args.out.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    (args.out / f"compare-{stamp}.json").write_text(json.dumps(
+        {"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

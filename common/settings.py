@@ -37,7 +37,10 @@ class Settings(BaseSettings):
         "auto", description="auto: bfloat16 where the CPU has native BF16 (AVX512-BF16/AMX), else float32")
 
     # Engine / worker
-    engine: Literal["hf", "vllm"] = "hf"
+    engine: Literal["auto", "hf", "vllm"] = Field(
+        "auto", description="auto: vllm on a CUDA machine where vllm is installed, else hf (on CPU "
+                            "vLLM's CPU build is faster but starts in about a minute and needs ~4 GiB "
+                            "per worker: ask for it with 'vllm')")
     max_batch_size: int = Field(16, ge=1, le=256)
     kv_cache_mb: int = Field(2048, ge=1, description="KV cache memory budget per worker; admission keeps "
                              "running rows x their longest reservation (prompt + max_tokens) inside it")

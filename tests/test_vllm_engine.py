@@ -166,3 +166,26 @@ def test_vllm_engine_generates_on_gpu(model_ref):
     assert "Paris" in texts["r0"] and "Paris" not in texts["stop"]
     assert finals["stop"].finish_reason == "stop"
     assert engine.stats.max_batch_size >= 8
+
+
+def test_auto_engine_is_vllm_only_with_cuda_and_vllm(monkeypatch):
+    import importlib.util
+
+    import torch
+
+    from worker.runtime import choose_engine
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "vllm" else None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert choose_engine("auto") == "hf"  # CPU: the fast-starting engine, whatever is installed
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert choose_engine("auto") == "vllm"
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    assert choose_engine("auto") == "hf"  # a GPU but no vllm
+    assert choose_engine("vllm") == "vllm" and choose_engine("hf") == "hf"
+
+
+def test_float32_stays_float32_for_vllm():
+    from worker.engine.vllm_engine import vllm_dtype
+
+    assert vllm_dtype("float32") == "float32" and vllm_dtype("bfloat16") == "bfloat16"

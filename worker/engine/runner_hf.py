@@ -74,7 +74,7 @@ class HFModelRunner:
             input_ids[row, :len(suffix)] = torch.tensor(suffix)
         positions = torch.tensor(starts).unsqueeze(1) + torch.arange(width)
         self.cache.prepare(first, first + len(prompts), starts, width)
-        hidden = self.model.model(input_ids=input_ids, position_ids=positions, cache=self.cache,
+        hidden = self.model.model(input_ids=input_ids, position_ids=positions, past_key_values=self.cache,
                                   attention_mask=self._mask(positions), use_cache=True).last_hidden_state
         last = hidden[torch.arange(len(prompts)), torch.tensor([len(s) - 1 for s in suffixes])]
         self.cache.commit([len(p) for p in prompts])
@@ -90,7 +90,7 @@ class HFModelRunner:
         starts = list(self.cache.lengths)
         positions = torch.tensor(starts).unsqueeze(1)
         self.cache.prepare(0, len(self.rows), starts, 1)
-        out = self.model(input_ids=input_ids, position_ids=positions, cache=self.cache,
+        out = self.model(input_ids=input_ids, position_ids=positions, past_key_values=self.cache,
                          attention_mask=self._mask(positions), use_cache=True)
         self.cache.commit([s + 1 for s in starts])
         return out.logits[:, -1, :].float()

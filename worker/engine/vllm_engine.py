@@ -14,6 +14,7 @@ on machines without a GPU.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -34,25 +35,81 @@ class _Tracked:
 
 
 def vllm_sampling_params(sampling: Sampling) -> Any:
-    """llmq's `Sampling` as vLLM `SamplingParams`. Stop strings are applied by us, not by vLLM."""
+    """llmq's `Sampling` as vLLM `SamplingParams`. Stop strings are applied by us, not by vLLM;
+    `response_format` goes to vLLM's structured outputs (xgrammar, as in the HF engine)."""
     from vllm import SamplingParams
+    from vllm.sampling_params import StructuredOutputsParams
 
     kwargs: dict[str, Any] = dict(max_tokens=sampling.max_tokens, temperature=sampling.temperature,
-                                  top_p=sampling.top_p, seed=sampling.seed)
+                                  top_p=sampling.top_p, seed=sampling.seed,
+                                  presence_penalty=sampling.presence_penalty,
+                                  frequency_penalty=sampling.frequency_penalty)
     if sampling.top_k > 0:  # leave vLLM's own "disabled" default otherwise (-1 or 0 by version)
         kwargs["top_k"] = sampling.top_k
+    fmt = sampling.response_format
+    if fmt is not None:
+        constraint = {"json": fmt.schema} if fmt.kind == "json_schema" and fmt.schema else {"json_object": True}
+        kwargs["structured_outputs"] = StructuredOutputsParams(**constraint)
     return SamplingParams(**kwargs)
 
 
+def vllm_dtype(name: str) -> str:
+    """llmq's dtype setting as vLLM's: the same choice the HF engine makes, so float32 stays
+    float32 (vLLM's own "auto" would run bfloat16 on CPU) and "auto" means bfloat16 only where the
+    CPU computes it natively."""
+    import torch
+
+    from worker.engine.runner_hf import resolve_dtype
+
+    if name == "auto" and torch.cuda.is_available():
+        return "auto"  # the model's own dtype on a GPU
+    return str(resolve_dtype(name)).removeprefix("torch.")
+
+
+def cpu_binding_env(cpus: set[int]) -> dict[str, str]:
+    """vLLM's CPU thread binding for the worker's CPU set: its default binds one core per physical
+    core and keeps one back for the scheduler, which on a 2-core worker halves the compute."""
+    from worker.pinning import format_cpus
+
+    return {"VLLM_CPU_OMP_THREADS_BIND": format_cpus(sorted(cpus)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+
+
 def build_vllm_core(model_path: str, settings) -> Any:
-    """vLLM's synchronous `LLMEngine` for one GPU (CUDA_VISIBLE_DEVICES picks which)."""
+    """vLLM's synchronous `LLMEngine`, sized by llmq's settings (KV memory, batch, context, dtype).
+
+    vLLM runs its engine core (and on CPU its executor) in child processes; `child_hygiene` ties
+    them to this worker so that none outlives it, SIGKILL included. On CPU the children bind their
+    threads to the worker's CPU set."""
+    import os
+
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    if not on_gpu:
+        os.environ.update(cpu_binding_env(os.sched_getaffinity(0)))
+    from worker.engine import child_hygiene
+
+    child_hygiene.install()
     from vllm import EngineArgs, LLMEngine as VllmLLMEngine
 
-    args = EngineArgs(model=str(model_path), dtype=settings.dtype if settings.dtype != "float32" else "auto",
+    kv_bytes = None if on_gpu else settings.kv_cache_mb * 2**20
+    args = EngineArgs(model=str(model_path), dtype=vllm_dtype(settings.dtype),
                       max_model_len=settings.max_model_len, max_num_seqs=settings.max_batch_size,
                       gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
+                      kv_cache_memory_bytes=kv_bytes, enable_prefix_caching=settings.prefix_cache_mb > 0,
                       enforce_eager=settings.vllm_enforce_eager, seed=0)
     return VllmLLMEngine.from_engine_args(args)
+
+
+def describe_core(core: Any) -> dict[str, Any]:
+    """What the heartbeat reports of this engine: dtype and KV capacity in tokens."""
+    config = getattr(core, "vllm_config", None)
+    if config is None:  # a test double
+        return {}
+    cache = config.cache_config
+    blocks = cache.num_gpu_blocks or 0
+    return {"dtype": str(config.model_config.dtype).removeprefix("torch."),
+            "kv_capacity_tokens": blocks * cache.block_size, "prefix_caching": bool(cache.enable_prefix_caching)}
 
 
 def load_tokenizer(model_path: str) -> Decoder:
@@ -67,9 +124,13 @@ class VLLMEngine:
     def __init__(self, model_path, settings=None, *, core: Any = None, tokenizer: Decoder | None = None,
                  sampling_params=vllm_sampling_params):
         if core is None:
-            log.info("starting vLLM on %s", model_path)
+            started = time.monotonic()
+            log.info("starting vLLM on %s (dtype %s, KV %s MB); this takes 20-90 s", model_path,
+                     vllm_dtype(settings.dtype), settings.kv_cache_mb)
             core = build_vllm_core(model_path, settings)
+            log.info("vLLM ready in %.1f s: %s", time.monotonic() - started, describe_core(core))
         self.core = core
+        self.info = describe_core(core)
         self.tokenizer = tokenizer or load_tokenizer(model_path)
         self.sampling_params = sampling_params
         self.stats = EngineStats()

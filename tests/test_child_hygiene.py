@@ -1,0 +1,84 @@
+"""Engine helper processes die with the worker that started them, even under SIGKILL.
+
+A stand-in for vLLM: a process that installs `child_hygiene`, starts a `multiprocessing` child
+(spawn, as vLLM does on CPU) which starts a grandchild (as vLLM's engine core starts its
+executor), then is killed with SIGKILL. Without the hook both would live on.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from worker.engine.vllm_engine import cpu_binding_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+OWNER = r"""
+import multiprocessing as mp, sys, time
+from worker.engine import child_hygiene
+
+def sleeper():
+    time.sleep(600)
+
+def middle():
+    mp.get_context("spawn").Process(target=sleeper).start()
+    time.sleep(600)
+
+if __name__ == "__main__":
+    if sys.argv[1] == "bound":
+        child_hygiene.install()
+    mp.get_context("spawn").Process(target=middle).start()
+    print("started", flush=True)
+    time.sleep(600)
+"""
+
+
+def descendants_after_kill(mode: str, tmp_path: Path) -> list[psutil.Process]:
+    script = tmp_path / "owner.py"  # a file, not -c: spawned children import their target from it
+    script.write_text(OWNER)
+    owner = subprocess.Popen([sys.executable, str(script), mode], cwd=ROOT, stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        assert owner.stdout.readline().strip() == "started"
+        deadline = time.monotonic() + 60
+        while len(psutil.Process(owner.pid).children(recursive=True)) < 2:
+            assert time.monotonic() < deadline, "the stand-in engine did not start its processes"
+            time.sleep(0.1)
+        time.sleep(1)  # the grandchild has bound itself too (its first act)
+        children = psutil.Process(owner.pid).children(recursive=True)
+        assert len(children) >= 2 and all(c.is_running() for c in children)  # + the resource tracker
+        owner.send_signal(signal.SIGKILL)
+        owner.wait()
+        _, alive = psutil.wait_procs(children, timeout=10)
+        return alive
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_children_and_grandchildren_die_with_a_sigkilled_owner(tmp_path):
+    assert descendants_after_kill("bound", tmp_path) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_without_the_hook_they_would_survive(tmp_path):
+    """The check above can fail: unbound children do outlive their owner."""
+    alive = descendants_after_kill("unbound", tmp_path)
+    try:
+        assert alive
+    finally:
+        for proc in alive:
+            proc.kill()
+
+
+def test_vllm_binds_its_threads_to_the_worker_cpu_set():
+    assert cpu_binding_env({0, 1, 2, 5}) == {"VLLM_CPU_OMP_THREADS_BIND": "0-2,5",
+                                             "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
