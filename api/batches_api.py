@@ -12,10 +12,9 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.auth import current_key
 from api.batch_lines import ENDPOINTS
 from api.errors import ApiError
-from api.files_api import file_or_404, owner_id, page_limit
+from api.files_api import file_or_404, owned_or_404, owner_id, page_limit
 from api.jobs import json_body
 from api.openai_api import openai_error
 from api.services import services
@@ -68,11 +67,7 @@ def shown(record: dict) -> dict:
 
 
 def batch_or_404(batch_id: str) -> dict:
-    record = services().batches.get(batch_id)
-    key = current_key()
-    if record is None or (key is not None and record["owner"] != key.id):
-        raise ApiError(404, "not_found", f"No such Batch object: {batch_id}", param="batch_id")
-    return record
+    return owned_or_404(services().batches.get(batch_id), "Batch", batch_id, "batch_id")
 
 
 @bp.post("")

@@ -35,12 +35,17 @@ def page_limit(default: int, most: int) -> int:
     return int(raw)
 
 
-def file_or_404(file_id: str) -> dict:
-    meta = services().files.get(file_id)
+def owned_or_404(record: dict | None, what: str, object_id: str, param: str) -> dict:
+    """`record` if it exists and the caller's key owns it; another key's object is a 404 too, so
+    ids of others' files and batches cannot be probed."""
     key = current_key()
-    if meta is None or (key is not None and meta["owner"] != key.id):
-        raise ApiError(404, "not_found", f"No such File object: {file_id}", param="id")
-    return meta
+    if record is None or (key is not None and record["owner"] != key.id):
+        raise ApiError(404, "not_found", f"No such {what} object: {object_id}", param=param)
+    return record
+
+
+def file_or_404(file_id: str) -> dict:
+    return owned_or_404(services().files.get(file_id), "File", file_id, "id")
 
 
 @bp.post("")

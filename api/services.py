@@ -11,7 +11,6 @@ from redis.retry import Retry
 
 from api.errors import ApiError
 from api.ratelimit import RateLimiter
-from common.celery_app import make_celery
 from common.batches import BatchStore
 from common.files import FileStore
 from common.jobs import JobStore

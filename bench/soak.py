@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.chaos import Chaos  # noqa: E402
 from bench.redis_ha import RedisGroup  # noqa: E402
-from common.sseclient import follow_job, iter_sse  # noqa: E402
+from common.sseclient import follow_job  # noqa: E402
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 TOPICS = ["the sea", "bread", "a small town", "winter", "bees", "trains", "the moon", "a garden",

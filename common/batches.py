@@ -23,7 +23,6 @@ import redis
 
 from common.fair_queue import ANONYMOUS
 from common.keys import Keys
-from common.settings import Settings
 
 if TYPE_CHECKING:
     from common.webhooks import Webhooks
