@@ -27,7 +27,7 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.register_blueprint(jobs.bp)
     app.register_blueprint(health.bp)
 
-    from api import metrics, web  # issue 5: /metrics, access log, the chat page at /
+    from api import metrics, web  # /metrics, access log, the chat page at /
 
     metrics.init_app(app, app.extensions["llmq"])
     app.register_blueprint(web.bp)

@@ -65,7 +65,7 @@ app = make_celery(get_settings())  # for the `celery -A common.celery_app ...` C
 
 
 def task_options(settings: Settings, job_id: str, model: str) -> dict:
-    """How a job's task shows up in Celery events and Flower (issue 5).
+    """How a job's task shows up in Celery events and Flower.
 
     By default the task id is the job id and Flower shows `[job_id, model]`. With
     `private_task_events` the task gets a random id and its args read `["<hidden>", model]`: when

@@ -4,7 +4,7 @@ A job is a Redis hash; its token log is a Redis Stream (replayable, `Last-Event-
 every append also PUBLISHes a wake-up on the job's channel. State changes that race (start,
 cancel, finish, expiry) are single Lua scripts, so a job is never half-written or finished twice.
 
-Redelivery (issue 4): each claim of a job is an attempt, numbered in the record. A worker writes
+Redelivery: each claim of a job is an attempt, numbered in the record. A worker writes
 chunks and the end of its attempt only while that attempt still owns the job (the number is the
 fence), and holds a lease its heartbeat renews; a redelivered copy of a job whose lease is alive is
 a duplicate and is not run.
@@ -512,7 +512,7 @@ class JobStore:
         if ttl_s > 0:
             self.r.set(self.keys.cache(digest), json.dumps(result), ex=ttl_s)
 
-    # --- counters (issue 5: metrics) --------------------------------------------------------
+    # --- counters (metrics) ----------------------------------------------------------------
     def count(self, name: str, by: int = 1) -> None:
         """Bump a cluster-wide counter (read by the API's /metrics)."""
         self.r.hincrby(self.keys.stats, name, by)

@@ -50,7 +50,7 @@ class Keys:
         """Celery queue name for a model."""
         return f"{self.ns}.{model_slug(model)}"
 
-    # --- issue 5: metrics -----------------------------------------------------------------
+    # --- metrics -------------------------------------------------------------------------
     @property
     def stats(self) -> str:
         """Hash of cluster-wide counters (jobs finished by status, cache hits and misses)."""
@@ -67,7 +67,7 @@ class Keys:
         return [f"{self.broker_prefix}{queue}{Channel.sep}{p}" if p else f"{self.broker_prefix}{queue}"
                 for p in steps]
 
-    # --- issue 4: leases, deadlines, API keys ------------------------------------------------
+    # --- leases, deadlines, API keys --------------------------------------------------------
     def lease(self, job_id: str) -> str:
         """Which worker runs the job now; expires unless that worker's heartbeat renews it."""
         return f"{self.ns}:job:{job_id}:lease"
@@ -96,7 +96,7 @@ class Keys:
         """kombu's sorted set of delivered, unacked messages (delivery tag -> delivery time)."""
         return f"{self.broker_prefix}unacked_index"
 
-    # --- issue 7: fair share between keys, coalescing ---------------------------------------
+    # --- fair share between keys, coalescing -----------------------------------------------
     def fair_prefix(self, queue: str) -> str:
         """Prefix of a model queue's fair-queue keys (see common/fair_queue.py)."""
         return f"{self.ns}:fair:{queue}:"

@@ -71,7 +71,7 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     log_json: bool = False
 
-    # Operations (issue 5): worker metrics, Flower privacy, the vLLM engine
+    # Operations: worker metrics, Flower privacy, the vLLM engine
     metrics_port: int = Field(0, ge=0, le=65535, description="worker's Prometheus port; 0 disables it")
     metrics_host: str = Field("127.0.0.1", description="address the worker's metrics server binds")
     private_task_events: bool = Field(
@@ -80,7 +80,7 @@ class Settings(BaseSettings):
     vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     vllm_enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start, slower steps")
 
-    # Issue 4: faults, deadlines, auth, rate limits, priorities
+    # Faults, deadlines, auth, rate limits, priorities
     broker_restore_interval_s: float = Field(
         10.0, description="how often a worker looks for unacked jobs past the visibility timeout")
     queue_timeout_s: float = Field(3600.0, ge=0, description="a job queued longer expires; 0: never")
@@ -94,11 +94,11 @@ class Settings(BaseSettings):
     rate_limit_rpm: int = Field(0, ge=0, description="job submissions per key per minute; 0: no limit")
     rate_limit_concurrent: int = Field(0, ge=0, description="queued+running jobs per key; 0: no limit")
 
-    # Issue 7: coalescing
+    # Coalescing
     coalesce: bool = Field(True, description="an identical deterministic request (same model, prompt "
                            "and sampling, cache allowed) attaches to a queued or running one")
 
-    # OpenAI-compatible API (issue 3)
+    # OpenAI-compatible API
     cancel_on_disconnect: bool = Field(
         True, description="a client leaving an OpenAI streaming request cancels its job")
 

@@ -1,4 +1,4 @@
-"""Issue 7 with the real Redis, a real worker and the embedded model: a key that floods the queue
+"""Fair share and coalescing with the real Redis, a real worker and the embedded model: a key that floods the queue
 cannot starve another key, and identical requests are generated once (coalescing)."""
 import re
 import time
