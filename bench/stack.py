@@ -11,6 +11,7 @@ import time
 import uuid
 from pathlib import Path
 
+import redis
 import requests
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -44,7 +45,7 @@ class Stack:
                "LLMQ_NAMESPACE": f"llmqbench-{uuid.uuid4().hex[:6]}", "LLMQ_CACHE_TTL_S": "0",
                "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1", **(extra_env or {})}
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.env, self.log_dir = env, log_dir
+        self.env, self.log_dir, self.redis_url = env, log_dir, redis_url
         self.procs = [
             subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
                              stdout=open(log_dir / "worker.log", "w"), stderr=subprocess.STDOUT),
@@ -78,6 +79,13 @@ class Stack:
                 proc.wait(30)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        self.forget()
+
+    def forget(self) -> None:
+        """Delete the run's keys: a benchmark leaves nothing in Redis (a few hundred keys a run)."""
+        client = redis.Redis.from_url(self.redis_url)
+        for key in client.scan_iter(f"{self.env['LLMQ_NAMESPACE']}*", count=1000):
+            client.delete(key)
 
 
 class BaselineServer:

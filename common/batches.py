@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from common.fair_queue import ANONYMOUS
+from common.files import page_of_index
 from common.keys import Keys
 
 if TYPE_CHECKING:
@@ -130,20 +131,7 @@ class BatchStore:
 
     def list(self, owner: str | None, after: str | None, limit: int) -> tuple[list[dict[str, Any]], bool]:
         """An owner's batches, newest first, starting after batch `after`; (batches, has_more)."""
-        index = self.keys.batches_of(owner or ANONYMOUS)
-        ids = self.r.zrevrange(index, 0, -1)
-        if after is not None:
-            ids = ids[ids.index(after) + 1:] if after in ids else []
-        found: list[dict[str, Any]] = []
-        for batch_id in ids:
-            record = self.get(batch_id)
-            if record is None:
-                self.r.zrem(index, batch_id)
-                continue
-            if len(found) == limit:
-                return found, True
-            found.append(record)
-        return found, False
+        return page_of_index(self.r, self.keys.batches_of(owner or ANONYMOUS), self.get, after, limit)
 
     def transition(self, batch_id: str, allowed: tuple[str, ...], status: str, **fields: Any) -> bool:
         """Move to `status` only from one of `allowed`; True if this call made the change."""

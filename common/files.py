@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -33,6 +34,28 @@ def file_object(meta: dict[str, Any]) -> dict[str, Any]:
             "filename": meta["filename"], "purpose": meta["purpose"], "expires_at": meta.get("expires_at"),
             "status": "processed", "status_details": None}
 
+
+
+def page_of_index(r: redis.Redis, index: str, get: Callable[[str], dict[str, Any] | None],
+                  after: str | None, limit: int, newest_first: bool = True,
+                  keep: Callable[[dict[str, Any]], bool] = lambda record: True,
+                  ) -> tuple[list[dict[str, Any]], bool]:
+    """One page of an owner's index (a sorted set of ids by creation time) as records, starting
+    after id `after`; (records, has_more). Ids whose record has expired are dropped from the index
+    as they are met. Used by file and batch listings alike."""
+    ids = r.zrevrange(index, 0, -1) if newest_first else r.zrange(index, 0, -1)
+    if after is not None:
+        ids = ids[ids.index(after) + 1:] if after in ids else []
+    found: list[dict[str, Any]] = []
+    for object_id in ids:
+        record = get(object_id)
+        if record is None:
+            r.zrem(index, object_id)
+        elif keep(record):
+            if len(found) == limit:
+                return found, True
+            found.append(record)
+    return found, False
 
 class FileStore:
     def __init__(self, client: redis.Redis, keys: Keys, ttl_s: int):
@@ -91,17 +114,5 @@ class FileStore:
              limit: int = 10000, newest_first: bool = True) -> tuple[list[dict[str, Any]], bool]:
         """An owner's files in creation order, starting after file `after`; (files, has_more).
         Ids of expired files are dropped from the index as they are met."""
-        index = self.keys.files_of(owner or ANONYMOUS)
-        ids = self.r.zrevrange(index, 0, -1) if newest_first else self.r.zrange(index, 0, -1)
-        if after is not None:
-            ids = ids[ids.index(after) + 1:] if after in ids else []
-        found: list[dict[str, Any]] = []
-        for file_id in ids:
-            meta = self.get(file_id)
-            if meta is None:
-                self.r.zrem(index, file_id)
-            elif purpose is None or meta["purpose"] == purpose:
-                if len(found) == limit:
-                    return found, True
-                found.append(meta)
-        return found, False
+        return page_of_index(self.r, self.keys.files_of(owner or ANONYMOUS), self.get, after, limit,
+                             newest_first, keep=lambda meta: purpose is None or meta["purpose"] == purpose)

@@ -1,41 +1,13 @@
-"""Helpers for the batch tests: a control worker subprocess, input files, and reading results."""
+"""Helpers for the batch tests: input files, and reading results."""
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import requests
 
-from common.settings import Settings
-from tests.conftest import ROOT, settings_env
 
 MODEL = "SmolLM2-135M-Instruct"
-
-
-class BatchWorkerProcess:
-    """A real `python -m worker.control` subprocess (no model): it runs the batch steps."""
-
-    def __init__(self, settings: Settings, log_path: Path):
-        self.log_path = log_path
-        self.proc = subprocess.Popen([sys.executable, "-m", "worker.control", "--loglevel", "INFO"],
-                                     cwd=ROOT, env=settings_env(settings), stdout=open(log_path, "a"),
-                                     stderr=subprocess.STDOUT)
-
-    def stop(self, sig=signal.SIGTERM) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def kill(self) -> None:
-        self.stop(signal.SIGKILL)
 
 
 def chat_line(custom_id: str, content: str, max_tokens: int = 8, **body) -> dict:

@@ -11,8 +11,8 @@ import requests
 from api import create_app
 from common.batches import line_job_id
 from common.keys import Keys
-from tests.batch_helpers import BatchWorkerProcess, chat_line, create_batch, results, upload, wait_batch
-from tests.conftest import LiveServer, make_settings
+from tests.batch_helpers import chat_line, create_batch, results, upload, wait_batch
+from tests.conftest import LiveServer, WorkerProcess, make_settings
 from tests.test_redis_outage import PrivateRedis
 
 pytestmark = pytest.mark.slow
@@ -52,7 +52,7 @@ def test_batch_survives_worker_kill_api_restart_and_redis_restart(start_worker, 
     settings = make_settings(redis_url=f"{private.url}/0", visibility_timeout_s=4, broker_restore_interval_s=1,
                              heartbeat_s=1, batch_poll_s=0.5)
     worker = start_worker(settings)
-    batch_worker = BatchWorkerProcess(settings, logs / "batch-worker.log")
+    batch_worker = WorkerProcess(settings, "control-1", logs / "control-1.log", module="worker.control")
     server = LiveServer(create_app(settings))
     try:
         lines = [chat_line(f"f{i}", f"Tell me fact number {i} about the sea.", max_tokens=24, cache=False)
@@ -63,7 +63,7 @@ def test_batch_survives_worker_kill_api_restart_and_redis_restart(start_worker, 
         worker.kill()  # SIGKILL with jobs in its batch: they come back after the visibility timeout
         worker = start_worker(settings)
         batch_worker.kill()  # and the batch's own worker, mid-step or between steps
-        batch_worker = BatchWorkerProcess(settings, logs / "batch-worker.log")
+        batch_worker = WorkerProcess(settings, "control-2", logs / "control-2.log", module="worker.control")
         server.stop()  # the API holds no state: a new process carries on
         server = LiveServer(create_app(settings))
         done = progress(server.url, batch_id)

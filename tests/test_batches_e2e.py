@@ -8,17 +8,15 @@ import sys
 import openai
 import pytest
 
-from tests.batch_helpers import MODEL, BatchWorkerProcess, chat_line, jsonl, results, upload, wait_batch
+from tests.batch_helpers import MODEL, chat_line, jsonl, results, upload, wait_batch
 from tests.conftest import ROOT
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def base(live_api, stack_settings, tmp_path_factory):
-    batch_worker = BatchWorkerProcess(stack_settings, tmp_path_factory.mktemp("logs") / "batch-worker.log")
-    yield live_api
-    batch_worker.stop()
+def base(live_api, control_worker):
+    return live_api
 
 
 @pytest.fixture
