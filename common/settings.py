@@ -79,6 +79,10 @@ class Settings(BaseSettings):
                            "as the model only (a job id is enough to read a job when auth is off)")
     vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     vllm_enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start, slower steps")
+    vllm_cpu_reserved_cores: int = Field(
+        1, ge=0, description="on CPU, cores of the worker's CPU set that vLLM's compute threads leave "
+                             "to its scheduler, the job threads, the API and Redis (at least one core "
+                             "always computes)")
 
     # Faults, deadlines, auth, rate limits, priorities
     broker_restore_interval_s: float = Field(

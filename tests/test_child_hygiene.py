@@ -79,6 +79,10 @@ def test_without_the_hook_they_would_survive(tmp_path):
             proc.kill()
 
 
-def test_vllm_binds_its_threads_to_the_worker_cpu_set():
-    assert cpu_binding_env({0, 1, 2, 5}) == {"VLLM_CPU_OMP_THREADS_BIND": "0-2,5",
-                                             "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+def test_vllm_binds_its_threads_to_the_worker_cpu_set_less_the_reserved_cores():
+    assert cpu_binding_env({0, 1, 2, 5}, reserved=1) == {"VLLM_CPU_OMP_THREADS_BIND": "1-2,5",
+                                                         "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
+    assert cpu_binding_env({0, 1, 2, 5}, reserved=0)["VLLM_CPU_OMP_THREADS_BIND"] == "0-2,5"
+    # a one-core worker keeps its core computing whatever is reserved
+    assert cpu_binding_env({3}, reserved=1) == {"VLLM_CPU_OMP_THREADS_BIND": "3",
+                                                "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}

@@ -1,7 +1,7 @@
 """The vLLM engine adapter: same interface and output semantics as the CPU engine.
 
-Most tests drive the adapter with a fake vLLM core (cumulative outputs, as vLLM's `LLMEngine.step`
-returns them), so they run anywhere. The `gpu` tests need vllm and a CUDA GPU and skip otherwise.
+Most tests drive the adapter with a fake vLLM core (per-step token deltas, as vLLM's
+`LLMEngine.step` returns them for the adapter's requests), so they run anywhere. The `gpu` tests need vllm and a CUDA GPU and skip otherwise.
 """
 from __future__ import annotations
 
@@ -22,7 +22,8 @@ GREEDY = Sampling(max_tokens=50, temperature=0)
 
 class FakeVllmCore:
     """Emits each request's script one token per step (all running requests advance together),
-    with cumulative `token_ids` and vLLM's finish reasons."""
+    each step's new `token_ids` only (RequestOutputKind.DELTA, as the adapter asks) and vLLM's
+    finish reasons."""
 
     def __init__(self, scripts: dict[str, str], fail_on_step: int | None = None):
         self.scripts = {rid: [ord(c) for c in text] for rid, text in scripts.items()}
@@ -54,7 +55,7 @@ class FakeVllmCore:
             if reason:  # EOS (id 0) stays in token_ids and decodes to nothing, as in vLLM
                 del self.running[rid]
             results.append(SimpleNamespace(request_id=rid, finished=reason is not None,
-                                           outputs=[SimpleNamespace(token_ids=list(ids), finish_reason=reason)]))
+                                           outputs=[SimpleNamespace(token_ids=ids[-1:], finish_reason=reason)]))
         return results
 
 

@@ -3,7 +3,8 @@
 `LLMEngine` (CPU) and `VLLMEngine` (GPU) both offer `add_request`, `abort_request`,
 `has_unfinished`, `step() -> list[RequestOutput]` and `stats`, so `EngineLoop`, the job runner and
 the metrics do not know which one runs. vLLM does the scheduling, paged KV cache and sampling;
-this adapter turns its cumulative outputs into llmq's per-step text deltas with our own
+this adapter asks vLLM for token-id deltas only (no text: vLLM's own detokenizer would be a
+second one) and turns them into llmq's per-step text deltas with our own
 `IncrementalDetokenizer`, so stop strings and UTF-8 handling match the CPU engine exactly (a stop
 string found here aborts the vLLM request).
 
@@ -31,19 +32,21 @@ _REASONS = {"stop": "stop", "length": "length", "abort": "cancelled"}
 class _Tracked:
     request: EngineRequest
     detok: IncrementalDetokenizer
-    seen: int = 0  # output token ids already turned into text
+    seen: int = 0  # output token ids received so far
 
 
 def vllm_sampling_params(sampling: Sampling) -> Any:
     """llmq's `Sampling` as vLLM `SamplingParams`. Stop strings are applied by us, not by vLLM;
-    `response_format` goes to vLLM's structured outputs (xgrammar, as in the HF engine)."""
+    `response_format` goes to vLLM's structured outputs (xgrammar, as in the HF engine). vLLM
+    returns each step's new token ids only and does not detokenize: the adapter does that once."""
     from vllm import SamplingParams
-    from vllm.sampling_params import StructuredOutputsParams
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
     kwargs: dict[str, Any] = dict(max_tokens=sampling.max_tokens, temperature=sampling.temperature,
                                   top_p=sampling.top_p, seed=sampling.seed,
                                   presence_penalty=sampling.presence_penalty,
-                                  frequency_penalty=sampling.frequency_penalty)
+                                  frequency_penalty=sampling.frequency_penalty,
+                                  detokenize=False, output_kind=RequestOutputKind.DELTA)
     if sampling.top_k > 0:  # leave vLLM's own "disabled" default otherwise (-1 or 0 by version)
         kwargs["top_k"] = sampling.top_k
     fmt = sampling.response_format
@@ -66,12 +69,19 @@ def vllm_dtype(name: str) -> str:
     return str(resolve_dtype(name)).removeprefix("torch.")
 
 
-def cpu_binding_env(cpus: set[int]) -> dict[str, str]:
-    """vLLM's CPU thread binding for the worker's CPU set: its default binds one core per physical
-    core and keeps one back for the scheduler, which on a 2-core worker halves the compute."""
+def cpu_binding_env(cpus: set[int], reserved: int) -> dict[str, str]:
+    """vLLM's CPU thread binding, taken from the worker's CPU set rather than the whole machine:
+    its compute threads go to all of the set but the first `reserved` cores (at least one core
+    always computes). The reserved cores are left to everything else llmq runs beside the
+    model: vLLM's own scheduler process, which polls without sleeping while requests run, the
+    worker's job threads writing tokens to Redis, and on a small machine the API and Redis. With
+    none reserved those preempt the compute threads, whose lock-step matrix work then waits for
+    the slowest one."""
     from worker.pinning import format_cpus
 
-    return {"VLLM_CPU_OMP_THREADS_BIND": format_cpus(sorted(cpus)), "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    ordered = sorted(cpus)
+    keep = min(reserved, len(ordered) - 1)
+    return {"VLLM_CPU_OMP_THREADS_BIND": format_cpus(ordered[keep:]), "VLLM_CPU_NUM_OF_RESERVED_CPU": str(keep)}
 
 
 def build_vllm_core(model_path: str, settings) -> Any:
@@ -86,7 +96,7 @@ def build_vllm_core(model_path: str, settings) -> Any:
 
     on_gpu = torch.cuda.is_available()
     if not on_gpu:
-        os.environ.update(cpu_binding_env(os.sched_getaffinity(0)))
+        os.environ.update(cpu_binding_env(os.sched_getaffinity(0), settings.vllm_cpu_reserved_cores))
     from worker.engine import child_hygiene
 
     child_hygiene.install()
@@ -182,9 +192,8 @@ class VLLMEngine:
     def _advance(self, result: Any) -> RequestOutput:
         tracked = self._tracked[result.request_id]
         completion = result.outputs[0]
-        token_ids = list(completion.token_ids)
-        new_ids = token_ids[tracked.seen:]
-        tracked.seen = len(token_ids)
+        new_ids = list(completion.token_ids)  # this step's tokens only (RequestOutputKind.DELTA)
+        tracked.seen += len(new_ids)
         self.stats.tokens_generated += len(new_ids)
         text = ""
         for token in new_ids:
