@@ -51,8 +51,21 @@ class Stack:
                              stdout=open(log_dir / "worker.log", "w"), stderr=subprocess.STDOUT),
             subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", "gthread", "--threads", "64",
                               "-w", "1", "-b", f"127.0.0.1:{self.port}", "api.wsgi:app"], cwd=ROOT,
-                             env=env, stdout=open(log_dir / "api.log", "w"), stderr=subprocess.STDOUT),
+                             env=env, stdout=open(log_dir / "api.log", "w"), stderr=subprocess.STDOUT,
+                             preexec_fn=self._api_affinity(env)),
         ]
+
+    @staticmethod
+    def _api_affinity(env: dict):
+        """Beside a vLLM worker on CPU the API runs on the service cores, as `ops/run.sh` starts
+        it, so its threads stay off the core the model computes on."""
+        if env.get("LLMQ_ENGINE") != "vllm":
+            return None
+        from common.settings import Settings
+        from worker.pinning import service_and_compute
+
+        service, _ = service_and_compute(os.sched_getaffinity(0), Settings().vllm_cpu_reserved_cores)
+        return lambda: os.sched_setaffinity(0, service)
 
     def start_batch_worker(self) -> None:
         """The model-less control worker (`python -m worker.control`): it runs the batch steps."""

@@ -19,7 +19,12 @@ else
   start_bg worker "$PY" -m worker --cpus "${LLMQ_CPUS:-0-$(($(nproc) - 1))}"
 fi
 start_bg control "$PY" -m worker.control  # no model: webhook deliveries, batch steps
-start_bg api "$PY" -m gunicorn -k gthread --threads 64 -w 1 -b "127.0.0.1:$API_PORT" api.wsgi:app
+API=("$PY" -m gunicorn -k gthread --threads 64 -w 1 -b "127.0.0.1:$API_PORT" api.wsgi:app)
+if [ "${LLMQ_ENGINE:-}" = vllm ] && command -v taskset >/dev/null; then
+  # beside vLLM on CPU the API runs on the worker's service cores, off the core the model computes on
+  API=(taskset -c "$("$PY" -m worker.pinning --service)" "${API[@]}")
+fi
+start_bg api "${API[@]}"
 start_flower "$FLOWER_PORT"
 log "waiting for the worker to load the model"
 "$PY" ops/demo_client.py --api "http://127.0.0.1:$API_PORT" --wait-ready 180 "$PROMPT"

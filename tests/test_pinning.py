@@ -1,12 +1,14 @@
-"""CPU sets for pinned workers: each worker its own cores, all cores used, none shared."""
+"""CPU sets for pinned workers: each worker its own cores, all cores used, none shared; a vLLM
+worker's set split into service and compute cores, and everything unbound kept off the compute ones."""
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
 from tests.conftest import ROOT
-from worker.pinning import format_cpus, parse_cpus, split_cpus
+from worker.pinning import confine_to, format_cpus, parse_cpus, service_and_compute, split_cpus
 
 
 @pytest.mark.parametrize("cpus, workers", [(range(8), 3), (range(2), 2), ([0, 2, 4, 5, 6], 2), (range(16), 16)])
@@ -33,3 +35,36 @@ def test_cli_prints_one_set_per_worker_from_this_process_affinity():
     out = subprocess.run([sys.executable, "-m", "worker.pinning", "1"], cwd=ROOT, check=True,
                          capture_output=True, text=True).stdout.split()
     assert out == [format_cpus(sorted(os.sched_getaffinity(0)))]
+
+
+def test_service_cores_come_first_and_one_core_always_computes():
+    assert service_and_compute({0, 1, 2, 3}, reserved=1) == ([0], [1, 2, 3])
+    assert service_and_compute({4, 5}, reserved=3) == ([4], [5])
+    assert service_and_compute({2, 3}, reserved=0) == ([2, 3], [2, 3])  # nothing reserved: all compute
+    assert service_and_compute({7}, reserved=1) == ([7], [7])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_confine_moves_unbound_threads_to_the_service_cores_and_leaves_bound_ones():
+    service, compute = service_and_compute(os.sched_getaffinity(0), reserved=1)
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); time.sleep(60)"
+    floating = subprocess.Popen([sys.executable, "-c", code])
+    bound = subprocess.Popen(["taskset", "-c", str(compute[0]), sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while len(os.listdir(f"/proc/{floating.pid}/task")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # its second thread has not started yet
+        assert confine_to(service, compute, [floating.pid, bound.pid]) >= 2
+        for tid in os.listdir(f"/proc/{floating.pid}/task"):
+            assert os.sched_getaffinity(int(tid)) == set(service)
+        for tid in os.listdir(f"/proc/{bound.pid}/task"):
+            assert os.sched_getaffinity(int(tid)) == {compute[0]}
+    finally:
+        floating.kill()
+        bound.kill()
+
+
+def test_cli_prints_the_service_cores():
+    out = subprocess.run([sys.executable, "-m", "worker.pinning", "--service"], cwd=ROOT, capture_output=True,
+                         text=True, check=True, env={**os.environ, "LLMQ_VLLM_CPU_RESERVED_CORES": "1"}).stdout
+    assert parse_cpus(out.strip()) == set(service_and_compute(os.sched_getaffinity(0), 1)[0])

@@ -1,8 +1,11 @@
-"""CPU sets for workers: parse them, and split a machine's CPUs among K pinned workers.
+"""CPU sets for workers: parse them, split a machine's CPUs among K pinned workers, and split a
+vLLM worker's set into service and compute cores.
 
 `python -m worker.pinning K` prints K CPU specs, one a line (used by `ops/workers.sh`): each worker
 gets its own contiguous share of the CPUs this process may use, so two workers never compete for a
-core and each sizes its torch thread pool to its share.
+core and each sizes its torch thread pool to its share. `python -m worker.pinning --service`
+prints the service cores of this process's CPUs (used by `ops/run.sh` to start the API there
+beside a vLLM worker).
 """
 from __future__ import annotations
 
@@ -47,5 +50,44 @@ def split_cpus(available: set[int] | list[int], workers: int) -> list[str]:
     return specs
 
 
+def service_and_compute(cpus: set[int] | list[int], reserved: int) -> tuple[list[int], list[int]]:
+    """A vLLM worker's CPU set as (service, compute) cores: the first `reserved` cores serve
+    everything but the model's matrix work (vLLM's scheduler process, the job threads, the API,
+    Redis), the others compute. At least one core always computes; with a single core both are it."""
+    ordered = sorted(cpus)
+    keep = min(reserved, len(ordered) - 1)
+    return (ordered[:keep] or ordered), ordered[keep:]
+
+
+def confine_to(service: list[int], compute: list[int], pids: list[int]) -> int:
+    """Move every thread of `pids` that is not bound inside the compute cores onto the service
+    cores: the compute cores are then left to the threads vLLM bound there. Returns the number
+    of threads moved; threads that end meanwhile are skipped."""
+    moved = 0
+    for pid in pids:
+        try:
+            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+        except FileNotFoundError:
+            continue
+        for tid in tids:
+            try:
+                if not os.sched_getaffinity(tid) <= set(compute):
+                    os.sched_setaffinity(tid, service)
+                    moved += 1
+            except (ProcessLookupError, FileNotFoundError):
+                pass
+    return moved
+
+
+def _main(argv: list[str]) -> None:
+    if argv[:1] == ["--service"]:
+        from common.settings import get_settings
+
+        service, _ = service_and_compute(os.sched_getaffinity(0), get_settings().vllm_cpu_reserved_cores)
+        print(format_cpus(service))
+    else:
+        print("\n".join(split_cpus(os.sched_getaffinity(0), int(argv[0]))))
+
+
 if __name__ == "__main__":
-    print("\n".join(split_cpus(os.sched_getaffinity(0), int(sys.argv[1]))))
+    _main(sys.argv[1:])
