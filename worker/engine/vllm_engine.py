@@ -123,7 +123,7 @@ def build_vllm_core(model_path: str, settings) -> Any:
                       max_model_len=settings.max_model_len, max_num_seqs=settings.max_batch_size,
                       gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
                       kv_cache_memory_bytes=kv_bytes, enable_prefix_caching=settings.prefix_cache_mb > 0,
-                      enforce_eager=settings.vllm_enforce_eager, seed=0)
+                      enforce_eager=settings.vllm_enforce_eager, seed=0, disable_log_stats=True)
     core = VllmLLMEngine.from_engine_args(args)
     if not on_gpu:
         keep_off_the_compute_cores(cpus, settings.vllm_cpu_reserved_cores)
