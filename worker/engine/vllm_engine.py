@@ -15,6 +15,7 @@ on machines without a GPU.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -83,16 +84,22 @@ def cpu_binding_env(cpus: set[int], reserved: int) -> dict[str, str]:
             "VLLM_CPU_NUM_OF_RESERVED_CPU": str(len(cpus) - len(compute))}
 
 
-def keep_off_the_compute_cores(cpus: set[int], reserved: int) -> None:
-    """Once vLLM runs: every thread of this worker and of vLLM's processes that vLLM did not bind
-    to a compute core moves to the service cores. Without this the scheduler, the job threads
-    (and their Redis writes) float onto the compute core whenever the service core is busy,
-    and each time they do, the model's step waits (about 4% of tokens/s on 2 cores)."""
+def keep_off_the_compute_cores(reserved: int) -> None:
+    """Once vLLM runs on CPU: every thread of this process and of vLLM's processes that vLLM did
+    not bind to a compute core moves to the service cores. Without this the scheduler, the job
+    threads (and their Redis writes) float onto the compute core whenever the service core is
+    busy, and each time they do, the model's step waits (about 4% of tokens/s on 2 cores).
+
+    It changes the whole process's placement, so the worker's entry point calls it, not the
+    engine (which tests also build inside the test process)."""
     import psutil
+    import torch
 
     from worker.pinning import confine_to, service_and_compute
 
-    service, compute = service_and_compute(cpus, reserved)
+    if torch.cuda.is_available():
+        return
+    service, compute = service_and_compute(os.sched_getaffinity(0), reserved)
     if service == compute:
         return
     me = psutil.Process()
@@ -105,14 +112,11 @@ def build_vllm_core(model_path: str, settings) -> Any:
     vLLM runs its engine core (and on CPU its executor) in child processes; `child_hygiene` ties
     them to this worker so that none outlives it, SIGKILL included. On CPU the children bind their
     threads to the worker's CPU set."""
-    import os
-
     import torch
 
     on_gpu = torch.cuda.is_available()
-    cpus = os.sched_getaffinity(0)
     if not on_gpu:
-        os.environ.update(cpu_binding_env(cpus, settings.vllm_cpu_reserved_cores))
+        os.environ.update(cpu_binding_env(os.sched_getaffinity(0), settings.vllm_cpu_reserved_cores))
     from worker.engine import child_hygiene
 
     child_hygiene.install()
@@ -124,10 +128,7 @@ def build_vllm_core(model_path: str, settings) -> Any:
                       gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
                       kv_cache_memory_bytes=kv_bytes, enable_prefix_caching=settings.prefix_cache_mb > 0,
                       enforce_eager=settings.vllm_enforce_eager, seed=0, disable_log_stats=True)
-    core = VllmLLMEngine.from_engine_args(args)
-    if not on_gpu:
-        keep_off_the_compute_cores(cpus, settings.vllm_cpu_reserved_cores)
-    return core
+    return VllmLLMEngine.from_engine_args(args)
 
 
 def describe_core(core: Any) -> dict[str, Any]:
