@@ -35,7 +35,21 @@ def wait_http_ok(url: str, timeout: float, what: str) -> None:
     raise TimeoutError(f"{what} did not become ready")
 
 
-class Stack:
+class Processes:
+    """A server run as subprocesses (`self.procs`), stopped with SIGTERM, then SIGKILL."""
+    procs: list[subprocess.Popen]
+
+    def stop(self) -> None:
+        for proc in self.procs:
+            proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+class Stack(Processes):
     """`python -m worker` + gunicorn API, sharing a fresh namespace on the given Redis."""
 
     def __init__(self, redis_url: str, model: str, log_dir: Path, extra_env: dict | None = None):
@@ -85,13 +99,7 @@ class Stack:
         raise TimeoutError("llmq stack did not become ready")
 
     def stop(self) -> None:
-        for proc in self.procs:
-            proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        super().stop()
         self.forget()
 
     def forget(self) -> None:
@@ -101,7 +109,7 @@ class Stack:
             client.delete(key)
 
 
-class BaselineServer:
+class BaselineServer(Processes):
     """`bench/baseline_server.py`: one Flask process calling model.generate, one job at a time."""
 
     def __init__(self, model_path: str, log_dir: Path, dtype: str = "auto"):
@@ -116,10 +124,9 @@ class BaselineServer:
     def wait_ready(self, timeout: float = 180) -> None:
         wait_http_ok(f"{self.url}/health", timeout, "baseline server")
 
-    stop = Stack.stop
 
 
-class PeerServer:
+class PeerServer(Processes):
     """llama-cpp-python's OpenAI-compatible server on the embedded model's GGUF file (the peer).
 
     It runs one request at a time. By default (`interrupt_requests`) a new request *interrupts*
@@ -141,7 +148,6 @@ class PeerServer:
     def wait_ready(self, timeout: float = 180) -> None:
         wait_http_ok(f"{self.url}/v1/models", timeout, "peer server")
 
-    stop = Stack.stop
 
 
 class VllmServer:
@@ -185,7 +191,7 @@ class VllmServer:
                 pass
 
 
-class LlamaServer:
+class LlamaServer(Processes):
     """llama.cpp's own `llama-server` (built from source; the path comes from --llama-server or
     LLAMA_SERVER), continuous batching over `slots` parallel sequences."""
 
@@ -200,5 +206,3 @@ class LlamaServer:
 
     def wait_ready(self, timeout: float = 180) -> None:
         wait_http_ok(f"{self.url}/health", timeout, "llama-server")
-
-    stop = Stack.stop
