@@ -75,10 +75,9 @@ class Stack(Processes):
         it, so its threads stay off the core the model computes on."""
         if env.get("LLMQ_ENGINE") != "vllm":
             return None
-        from common.settings import Settings
-        from worker.pinning import service_and_compute
+        from worker.pinning import service_cores
 
-        service, _ = service_and_compute(os.sched_getaffinity(0), Settings().vllm_cpu_reserved_cores)
+        service = service_cores()
         return lambda: os.sched_setaffinity(0, service)
 
     def start_batch_worker(self) -> None:
@@ -125,7 +124,6 @@ class BaselineServer(Processes):
         wait_http_ok(f"{self.url}/health", timeout, "baseline server")
 
 
-
 class PeerServer(Processes):
     """llama-cpp-python's OpenAI-compatible server on the embedded model's GGUF file (the peer).
 
@@ -147,7 +145,6 @@ class PeerServer(Processes):
 
     def wait_ready(self, timeout: float = 180) -> None:
         wait_http_ok(f"{self.url}/v1/models", timeout, "peer server")
-
 
 
 class VllmServer:

@@ -59,11 +59,19 @@ def service_and_compute(cpus: set[int] | list[int], reserved: int) -> tuple[list
     return (ordered[:keep] or ordered), ordered[keep:]
 
 
+def service_cores() -> list[int]:
+    """The service cores of this process's CPUs, per `vllm_cpu_reserved_cores`: where the API
+    goes beside a vLLM worker on the same machine."""
+    from common.settings import get_settings
+
+    return service_and_compute(os.sched_getaffinity(0), get_settings().vllm_cpu_reserved_cores)[0]
+
+
 def confine_to(service: list[int], compute: list[int], pids: list[int]) -> int:
     """Move every thread of `pids` that is not bound inside the compute cores onto the service
     cores: the compute cores are then left to the threads vLLM bound there. Returns the number
     of threads moved; threads that end meanwhile are skipped."""
-    moved = 0
+    moved, computing = 0, set(compute)
     for pid in pids:
         try:
             tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
@@ -71,7 +79,7 @@ def confine_to(service: list[int], compute: list[int], pids: list[int]) -> int:
             continue
         for tid in tids:
             try:
-                if not os.sched_getaffinity(tid) <= set(compute):
+                if not os.sched_getaffinity(tid) <= computing:
                     os.sched_setaffinity(tid, service)
                     moved += 1
             except (ProcessLookupError, FileNotFoundError):
@@ -81,10 +89,7 @@ def confine_to(service: list[int], compute: list[int], pids: list[int]) -> int:
 
 def _main(argv: list[str]) -> None:
     if argv[:1] == ["--service"]:
-        from common.settings import get_settings
-
-        service, _ = service_and_compute(os.sched_getaffinity(0), get_settings().vllm_cpu_reserved_cores)
-        print(format_cpus(service))
+        print(format_cpus(service_cores()))
     else:
         print("\n".join(split_cpus(os.sched_getaffinity(0), int(argv[0]))))
 

@@ -106,6 +106,7 @@ def keep_off_the_compute_cores(reserved: int) -> None:
     moved = confine_to(service, compute, [me.pid] + [child.pid for child in me.children(recursive=True)])
     log.info("vLLM computes on cores %s; %d other threads moved to service cores %s", compute, moved, service)
 
+
 def build_vllm_core(model_path: str, settings) -> Any:
     """vLLM's synchronous `LLMEngine`, sized by llmq's settings (KV memory, batch, context, dtype).
 
