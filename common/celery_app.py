@@ -25,6 +25,13 @@ def make_celery(settings: Settings) -> Celery:
     engine can batch, leaving the rest on the queue for other workers. A message is a ticket
     for the model's fair queue (`common/fair_queue.py`), which decides which job runs, priorities
     included; the priority lists stay configured so older clients' messages are still read.
+
+    No result backend: a job's state and answer live in llmq's own job record, and Flower reads a
+    task's outcome from its `task-succeeded` event. A Redis result backend would only copy them,
+    and it costs the sender: every `send_task` subscribes the sending process (the API) to the
+    task's result channel, and unsubscribes when the returned `AsyncResult` is garbage-collected.
+    That unsubscribe retries its reconnect for minutes while Redis is unreachable, in whichever
+    thread the collector happens to run, a request thread included.
     """
     transport = {
         "visibility_timeout": settings.visibility_timeout_s,
@@ -36,10 +43,9 @@ def make_celery(settings: Settings) -> Celery:
         **sentinel_transport_options(settings),
     }
     url = broker_url(settings)  # `sentinel://` URLs when Sentinel is configured
-    app = Celery("llmq", broker=url, backend=url)
+    app = Celery("llmq", broker=url)
     app.conf.update(
         broker_transport_options=transport,
-        result_backend_transport_options=transport,
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,  # a worker outlives any Redis outage
         worker_cancel_long_running_tasks_on_connection_loss=False,  # jobs ride outages out
@@ -47,11 +53,10 @@ def make_celery(settings: Settings) -> Celery:
         task_acks_late=True,
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,
+        task_ignore_result=True,
         worker_prefetch_multiplier=1,
         task_serializer="json",
         accept_content=["json"],
-        result_expires=settings.job_ttl_s,
-        task_track_started=True,
         worker_send_task_events=True,
         task_send_sent_event=True,
         control_exchange=f"{settings.namespace}.control",

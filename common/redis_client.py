@@ -54,7 +54,7 @@ def redis_client(settings: Settings, **options) -> redis.Redis:
 
 
 def broker_url(settings: Settings) -> str:
-    """Celery's broker and result-backend URL: `LLMQ_REDIS_URL`, or one `sentinel://` URL per
+    """Celery's broker URL: `LLMQ_REDIS_URL`, or one `sentinel://` URL per
     sentinel (kombu tries them in turn; the master's name is a transport option)."""
     sentinels = sentinel_addresses(settings)
     if not sentinels:

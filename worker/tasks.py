@@ -24,11 +24,12 @@ def job_runner() -> JobRunner:
     return _job_runner
 
 
-@app.task(name=TASK_GENERATE, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=False)
+@app.task(name=TASK_GENERATE, bind=True, acks_late=True, reject_on_worker_lost=True)
 def generate(self, job_id: str, model: str) -> dict:
     """A ticket for the model's fair queue: run the fairest queued job now that a slot is free
     (`job_id` is the job admitted with this message; another key's job may be fairer, and the
     worker's log names the one that ran). The arguments carry no prompt text: the job record holds
-    it. The result (shown by Flower) carries no job id, so `private_task_events` stays private."""
+    it. The return value (Flower shows it, from the `task-succeeded` event) carries no job id, so
+    `private_task_events` stays private."""
     result = job_runner().run_ticket(self.request.id, get_runtime().queue)
     return {"status": result["status"], "finish_reason": result.get("finish_reason")}
