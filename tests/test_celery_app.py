@@ -3,7 +3,7 @@ import redis
 
 from common.celery_app import make_celery
 from common.keys import Keys
-from tests.conftest import make_settings
+from tests.conftest import cleanup_namespace, make_settings
 
 
 def test_sending_a_task_subscribes_the_sender_to_nothing():
@@ -19,4 +19,4 @@ def test_sending_a_task_subscribes_the_sender_to_nothing():
         assert sum(client.llen(key) for key in Keys(settings.namespace).broker_lists(queue)) == 1
         assert client.pubsub_channels(f"*{result.id}*") == []
     finally:
-        client.delete(*Keys(settings.namespace).broker_lists(queue))
+        cleanup_namespace(settings)

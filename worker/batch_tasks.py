@@ -36,7 +36,7 @@ def services() -> Services:
     return _services
 
 
-@app.task(name=TASK_BATCH_ADVANCE, bind=True, acks_late=True, reject_on_worker_lost=True, ignore_result=True)
+@app.task(name=TASK_BATCH_ADVANCE, bind=True, acks_late=True, reject_on_worker_lost=True)
 def advance(self, batch_id: str) -> None:
     svc = services()
     keys = svc.keys

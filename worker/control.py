@@ -43,7 +43,7 @@ def sender():
     return _sender
 
 
-@app.task(name=TASK_DELIVER_WEBHOOK, bind=True, max_retries=None, ignore_result=True,
+@app.task(name=TASK_DELIVER_WEBHOOK, bind=True, max_retries=None,
           autoretry_for=(redis.RedisError,), retry_backoff=1, retry_backoff_max=60)
 def deliver_webhook(self, delivery_id: str, attempt: int) -> None:
     """Attempt `attempt` of a webhook delivery; a retry (or a hop of a long wait) is this task

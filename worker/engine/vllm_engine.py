@@ -79,7 +79,7 @@ def cpu_binding_env(cpus: set[int], reserved: int) -> dict[str, str]:
     preempt the compute threads, whose lock-step matrix work then waits for the slowest one."""
     from worker.pinning import format_cpus, service_and_compute
 
-    service, compute = service_and_compute(cpus, reserved)
+    _, compute = service_and_compute(cpus, reserved)
     return {"VLLM_CPU_OMP_THREADS_BIND": format_cpus(compute),
             "VLLM_CPU_NUM_OF_RESERVED_CPU": str(len(cpus) - len(compute))}
 
