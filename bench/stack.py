@@ -71,14 +71,22 @@ class Stack(Processes):
 
     @staticmethod
     def _api_affinity(env: dict):
-        """Beside a vLLM worker on CPU the API runs on the service cores, as `ops/run.sh` starts
-        it, so its threads stay off the core the model computes on."""
+        """Beside a vLLM worker on CPU the API runs on the service cores, below the priority of
+        vLLM's engine core, as `ops/run.sh` starts it: its threads stay off the core the model
+        computes on, and out of the way of the engine core's scheduling of each step."""
         if env.get("LLMQ_ENGINE") != "vllm":
             return None
+        from common.settings import Settings
         from worker.pinning import service_cores
 
-        service = service_cores()
-        return lambda: os.sched_setaffinity(0, service)
+        stack_settings = Settings(**{k.removeprefix("LLMQ_").lower(): v for k, v in env.items()
+                                     if k.startswith("LLMQ_")})
+        service, nice = service_cores(), stack_settings.vllm_relay_nice
+
+        def place() -> None:
+            os.sched_setaffinity(0, service)
+            os.nice(nice)
+        return place
 
     def start_batch_worker(self) -> None:
         """The model-less control worker (`python -m worker.control`): it runs the batch steps."""

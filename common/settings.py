@@ -83,6 +83,11 @@ class Settings(BaseSettings):
         1, ge=0, description="on CPU, cores of the worker's CPU set that vLLM's compute threads leave "
                              "to its scheduler, the job threads, the API and Redis (at least one core "
                              "always computes)")
+    vllm_relay_nice: int = Field(
+        10, ge=0, le=19, description="on CPU, the niceness the worker's own threads (the token relay to "
+                                     "Redis) and, from ops/run.sh, the API take beside vLLM's engine "
+                                     "core, which is on the critical path of every decode step; 0: "
+                                     "equal priority")
 
     # Faults, deadlines, auth, rate limits, priorities
     broker_restore_interval_s: float = Field(

@@ -21,8 +21,9 @@ fi
 start_bg control "$PY" -m worker.control  # no model: webhook deliveries, batch steps
 API=("$PY" -m gunicorn -k gthread --threads 64 -w 1 -b "127.0.0.1:$API_PORT" api.wsgi:app)
 if [ "${LLMQ_ENGINE:-}" = vllm ] && command -v taskset >/dev/null; then
-  # beside vLLM on CPU the API runs on the worker's service cores, off the core the model computes on
-  API=(taskset -c "$("$PY" -m worker.pinning --service)" "${API[@]}")
+  # beside vLLM on CPU the API runs on the worker's service cores, off the core the model computes
+  # on, and below the priority of vLLM's engine core, which schedules every step from there
+  API=(nice -n "$("$PY" -m worker.pinning --relay-nice)" taskset -c "$("$PY" -m worker.pinning --service)" "${API[@]}")
 fi
 start_bg api "${API[@]}"
 start_flower "$FLOWER_PORT"

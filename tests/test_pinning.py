@@ -1,5 +1,6 @@
 """CPU sets for pinned workers: each worker its own cores, all cores used, none shared; a vLLM
-worker's set split into service and compute cores, and everything unbound kept off the compute ones."""
+worker's set split into service and compute cores, everything unbound kept off the compute ones,
+and the worker's own threads below the priority of vLLM's engine core."""
 import os
 import subprocess
 import sys
@@ -8,7 +9,8 @@ import time
 import pytest
 
 from tests.conftest import ROOT
-from worker.pinning import confine_to, format_cpus, parse_cpus, service_and_compute, split_cpus
+from worker.pinning import (confine_to, format_cpus, lower_priority, parse_cpus, service_and_compute,
+                            split_cpus)
 
 
 @pytest.mark.parametrize("cpus, workers", [(range(8), 3), (range(2), 2), ([0, 2, 4, 5, 6], 2), (range(16), 16)])
@@ -68,3 +70,51 @@ def test_cli_prints_the_service_cores():
     out = subprocess.run([sys.executable, "-m", "worker.pinning", "--service"], cwd=ROOT, capture_output=True,
                          text=True, check=True, env={**os.environ, "LLMQ_VLLM_CPU_RESERVED_CORES": "1"}).stdout
     assert parse_cpus(out.strip()) == set(service_and_compute(os.sched_getaffinity(0), 1)[0])
+
+
+_TWO_THREADS = """
+import os, sys, threading, time
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+print('ready', flush=True)
+sys.stdin.readline()
+later = []
+thread = threading.Thread(target=lambda: later.append(os.getpriority(os.PRIO_PROCESS, 0)))
+thread.start(); thread.join()
+print(later[0], flush=True)
+"""
+
+
+def test_lower_priority_reaches_every_thread_and_the_threads_started_after():
+    proc = subprocess.Popen([sys.executable, "-c", _TWO_THREADS], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")]
+        assert len(tids) == 2
+        assert lower_priority(proc.pid, 7) == 2
+        assert [os.getpriority(os.PRIO_PROCESS, tid) for tid in tids] == [7, 7]
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "7"  # inherited from the thread that started it
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_lower_priority_never_raises_a_threads_priority():
+    proc = subprocess.Popen(["nice", "-n", "15", "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while os.getpriority(os.PRIO_PROCESS, proc.pid) != 15 and time.monotonic() < deadline:
+            time.sleep(0.05)  # `nice` has not exec'd `sleep` yet
+        assert lower_priority(proc.pid, 5) == 0
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == 15
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_cli_prints_the_relay_niceness():
+    out = subprocess.run([sys.executable, "-m", "worker.pinning", "--relay-nice"], cwd=ROOT, capture_output=True,
+                         text=True, check=True, env={**os.environ, "LLMQ_VLLM_RELAY_NICE": "12"}).stdout
+    assert out.strip() == "12"

@@ -76,6 +76,16 @@ def test_only_vllms_compute_threads_run_on_the_compute_cores(vllm_stack):
     assert all(cpus == set(service) for cpus in others)
 
 
+def test_the_workers_own_threads_run_below_vllms_engine_core(vllm_stack):
+    settings, worker, _ = vllm_stack
+    mine = psutil.Process(worker.proc.pid)
+    started_at = os.getpriority(os.PRIO_PROCESS, 0)  # the worker's niceness before it lowered its own
+    niceness = {thread.id: os.getpriority(os.PRIO_PROCESS, thread.id) for thread in mine.threads()}
+    assert set(niceness.values()) == {max(started_at, settings.vllm_relay_nice)}, niceness
+    engine_core = [child for child in mine.children() if "EngineCor" in child.name()]  # name cut at 15
+    assert engine_core and all(child.nice() == started_at for child in engine_core)
+
+
 def test_stream_resumes_after_last_event_id_and_usage_adds_up(vllm_stack):
     _, _, url = vllm_stack
     job = submit(url, prompt="A list of European rivers:", max_tokens=30, temperature=0)

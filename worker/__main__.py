@@ -40,10 +40,11 @@ def main(argv: list[str] | None = None) -> None:
     from worker.runtime import WorkerRuntime, set_runtime
 
     runtime = WorkerRuntime.build(settings)
-    if runtime.engine_kind == "vllm":  # its service threads off the cores vLLM computes on
-        from worker.engine.vllm_engine import keep_off_the_compute_cores
+    if runtime.engine_kind == "vllm":  # service threads off the compute cores, and below vLLM's
+        from worker.engine.vllm_engine import keep_off_the_compute_cores, yield_to_the_engine_core
 
         keep_off_the_compute_cores(settings.vllm_cpu_reserved_cores)
+        yield_to_the_engine_core(settings.vllm_relay_nice)
     set_runtime(runtime)
     if settings.metrics_port:
         runtime.metrics.serve(settings.metrics_port, settings.metrics_host)

@@ -4,8 +4,8 @@ vLLM worker's set into service and compute cores.
 `python -m worker.pinning K` prints K CPU specs, one a line (used by `ops/workers.sh`): each worker
 gets its own contiguous share of the CPUs this process may use, so two workers never compete for a
 core and each sizes its torch thread pool to its share. `python -m worker.pinning --service`
-prints the service cores of this process's CPUs (used by `ops/run.sh` to start the API there
-beside a vLLM worker).
+prints the service cores of this process's CPUs, and `--relay-nice` the niceness for what runs
+there beside vLLM's engine core (both used by `ops/run.sh` to start the API beside a vLLM worker).
 """
 from __future__ import annotations
 
@@ -73,11 +73,7 @@ def confine_to(service: list[int], compute: list[int], pids: list[int]) -> int:
     of threads moved; threads that end meanwhile are skipped."""
     moved, computing = 0, set(compute)
     for pid in pids:
-        try:
-            tids = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
-        except FileNotFoundError:
-            continue
-        for tid in tids:
+        for tid in _threads(pid):
             try:
                 if not os.sched_getaffinity(tid) <= computing:
                     os.sched_setaffinity(tid, service)
@@ -87,9 +83,35 @@ def confine_to(service: list[int], compute: list[int], pids: list[int]) -> int:
     return moved
 
 
+def lower_priority(pid: int, nice: int) -> int:
+    """Raise every thread of `pid` to niceness `nice` (threads already nicer are left as they are);
+    threads it starts later inherit it from their creator. Linux keeps a niceness per thread, so
+    all of them are set, not just the main one. Returns the number of threads changed."""
+    changed = 0
+    for tid in _threads(pid):
+        try:
+            if os.getpriority(os.PRIO_PROCESS, tid) < nice:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+                changed += 1
+        except (ProcessLookupError, FileNotFoundError):
+            pass
+    return changed
+
+
+def _threads(pid: int) -> list[int]:
+    try:
+        return [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except FileNotFoundError:
+        return []
+
+
 def _main(argv: list[str]) -> None:
     if argv[:1] == ["--service"]:
         print(format_cpus(service_cores()))
+    elif argv[:1] == ["--relay-nice"]:
+        from common.settings import get_settings
+
+        print(get_settings().vllm_relay_nice)
     else:
         print("\n".join(split_cpus(os.sched_getaffinity(0), int(argv[0]))))
 
