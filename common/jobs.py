@@ -142,7 +142,9 @@ return result
 # that was given up on (and replaced) can never interleave its tokens with the new attempt's.
 # Written to the job (unless it is a carrier) and to each of its running followers. Idempotent by
 # chunk index: a chunk index already written (the reply to that write was lost, Redis going down
-# right after running the script) is refused with 2, never logged twice.
+# right after running the script) is refused with 2, never logged twice. A written chunk returns 3
+# instead of 1 when a client asked to cancel the job, so a writer learns of a cancel without a
+# read of its own while tokens flow.
 # KEYS: job. ARGV: 1 attempt, 2 event, 3 data, 4 log maxlen, 5 ttl, 6 job prefix, 7 chunk index,
 # 8.. fields
 _APPEND_FENCED = _HELPERS + """
@@ -163,6 +165,7 @@ for _, key in ipairs(targets) do
   if #ARGV > 7 then redis.call('HSET', key, unpack(ARGV, 8)) end
   log_event(key, ARGV[4], ARGV[5], ARGV[2], ARGV[3])
 end
+if redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then return 3 end
 return 1
 """
 
@@ -451,8 +454,9 @@ class JobStore:
 
     def append_chunk(self, job_id: str, attempt: int, data: dict[str, Any], **record: Any) -> int:
         """Add a `chunk` of attempt `attempt` (and update the record) atomically, only if that
-        attempt still owns the running job: 1. 0: it was superseded or the job ended. 2: a chunk
-        with this `index` was already written (see `chunks_written`); nothing was written."""
+        attempt still owns the running job: 1, or 3 if a cancel of the job was asked for. 0: it
+        was superseded or the job ended. 2: a chunk with this `index` was already written (see
+        `chunks_written`); nothing was written."""
         return self._append_fenced(
             keys=[self.keys.job(job_id)],
             args=[attempt, "chunk", json.dumps(data), self.events_maxlen, self.job_ttl_s,

@@ -148,6 +148,26 @@ def test_a_job_past_its_run_deadline_stops_with_finish_reason_timeout(store, set
     assert events_of(store, job)[-1][1]["finish_reason"] == "timeout"
 
 
+def test_a_cancel_is_learnt_from_the_chunk_writes_themselves(store, settings):
+    """While tokens flow, each chunk write reports a pending cancel: the job stops within a few
+    steps although the runner's own cancel poll (`cancel_poll_s`) is set far beyond the test."""
+    settings = settings.model_copy(update={"cancel_poll_s": 60})
+    job = queue_job(store, max_tokens=400)
+    job_runner, _ = make_runner(store, settings, {job: "x" * 400}, delay=0.01)
+    polls = []
+    job_runner.store.cancel_requested = lambda job_id: polls.append(job_id) or False
+    ran = threading.Thread(target=job_runner.run, args=(job,))
+    ran.start()
+    deadline = time.monotonic() + 10
+    while store.chunks_written(job) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.request_cancel(job) == "cancelling"
+    ran.join(timeout=10)
+    record = store.get(job)
+    assert not ran.is_alive() and record["status"] == "cancelled" and not polls
+    assert 5 <= record["completion_tokens"] < 400 and record["text"] == "x" * len(record["text"])
+
+
 def test_the_worker_refuses_a_job_that_waited_past_its_queue_deadline(store, settings):
     job = queue_job(store, queue_deadline=time.time() - 1)
     job_runner, runner = make_runner(store, settings, {job: "never"})

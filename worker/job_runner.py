@@ -53,6 +53,8 @@ class _Progress:
     first_token_at: float | None = None
     finish: RequestOutput | None = None
     abort_reason: str | None = None  # 'timeout' when we stopped it; None for a client cancel
+    cancel_asked: bool = False  # a client asked to cancel (read from Redis)
+    aborted: bool = False  # the engine was told to stop this request
     buffering: bool = False  # Redis was unavailable at the last write
     unconfirmed: str | None = None  # text of a write whose reply was lost: it may have landed
 
@@ -147,13 +149,15 @@ class JobRunner:
         progress = _Progress(prompt_tokens=len(request["prompt_token_ids"]))
         run_timeout = record.get("run_timeout_s") or self.settings.run_timeout_s
         deadline = time.monotonic() + run_timeout if run_timeout else None
-        next_check = time.monotonic() + self.settings.cancel_poll_s
+        next_poll = time.monotonic() + self.settings.cancel_poll_s
         while progress.finish is None:
             self._collect(stream, progress)
-            self._publish(job_id, attempt, progress)
-            if time.monotonic() >= next_check:
-                next_check = time.monotonic() + self.settings.cancel_poll_s
-                self._check_stop(job_id, progress, deadline)
+            if self._publish(job_id, attempt, progress):  # that write read the cancel flag
+                next_poll = time.monotonic() + self.settings.cancel_poll_s
+            elif time.monotonic() >= next_poll:  # no write lately (prefill, Redis away): look
+                next_poll = time.monotonic() + self.settings.cancel_poll_s
+                self._poll_cancel(job_id, progress)
+            self._stop_if_due(job_id, progress, deadline)
         self._retrying(lambda: self._publish(job_id, attempt, progress, raise_errors=True))
         out = progress.finish
         if self.meter and out.finish_reason in ("stop", "length"):
@@ -180,15 +184,19 @@ class JobRunner:
             }, self.settings.cache_ttl_s)
         return result
 
-    def _check_stop(self, job_id: str, progress: _Progress, deadline: float | None) -> None:
-        """Abort the request when its run deadline passed, or when a client asked to cancel."""
-        if progress.abort_reason is None and deadline is not None and time.monotonic() >= deadline:
-            progress.abort_reason = "timeout"
-            self.loop.abort(job_id)
+    def _stop_if_due(self, job_id: str, progress: _Progress, deadline: float | None) -> None:
+        """Abort the request (once) when its run deadline passed, or when a client asked to cancel."""
+        if progress.aborted:
             return
+        if deadline is not None and time.monotonic() >= deadline:
+            progress.abort_reason = "timeout"
+        if progress.abort_reason or progress.cancel_asked:
+            progress.aborted = True
+            self.loop.abort(job_id)
+
+    def _poll_cancel(self, job_id: str, progress: _Progress) -> None:
         try:
-            if self.store.cancel_requested(job_id):
-                self.loop.abort(job_id)
+            progress.cancel_asked = progress.cancel_asked or self.store.cancel_requested(job_id)
         except redis.RedisError:
             pass  # Redis is away; look again next time
 
@@ -206,16 +214,16 @@ class JobRunner:
                 return
             output = stream.get(timeout=0)
 
-    def _publish(self, job_id: str, attempt: int, progress: _Progress, raise_errors: bool = False) -> None:
-        """Write the pending text as one chunk. While Redis is down the text stays pending (and
-        generation goes on); it is written, as one larger chunk, once Redis answers again. A
-        write whose reply was lost may have landed: that is settled first, so no text is logged
-        twice or skipped."""
+    def _publish(self, job_id: str, attempt: int, progress: _Progress, raise_errors: bool = False) -> bool:
+        """Write the pending text as one chunk; True once written (the write also reported whether
+        a cancel was asked for). While Redis is down the text stays pending (and generation goes
+        on); it is written, as one larger chunk, once Redis answers again. A write whose reply
+        was lost may have landed: that is settled first, so no text is logged twice or skipped."""
         try:
             if progress.unconfirmed is not None:
                 self._settle_unconfirmed(job_id, progress)
             if not progress.pending:
-                return
+                return False
             delta = progress.unconfirmed = progress.pending
             written = self.store.append_chunk(
                 job_id, attempt, {"index": progress.chunks, "text": delta}, text=progress.text + delta,
@@ -227,17 +235,19 @@ class JobRunner:
                 log.warning("job %s: Redis unavailable (%s); buffering its text", job_id, exc,
                             extra={"job_id": job_id})
             progress.buffering = True
-            return
+            return False
         progress.unconfirmed = None
         if not written:
             raise Superseded(job_id)
         if written == 2:  # that index is already in the log: settle it on the next write
             progress.unconfirmed = delta
-            return
+            return False
         if progress.buffering:
             log.info("job %s: Redis is back; buffered text written", job_id, extra={"job_id": job_id})
             progress.buffering = False
         self._confirm(progress, delta)
+        progress.cancel_asked = progress.cancel_asked or written == 3
+        return True
 
     def _settle_unconfirmed(self, job_id: str, progress: _Progress) -> None:
         """Whether the chunk whose reply was lost landed: the job counts the chunks written."""
