@@ -11,6 +11,7 @@ from redis.retry import Retry
 
 from api.errors import ApiError
 from api.ratelimit import RateLimiter
+from api.wakeups import JobWakeups
 from common.batches import BatchStore
 from common.files import FileStore
 from common.jobs import JobStore
@@ -35,6 +36,7 @@ class Services:
         self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen,
                               on_event=job_webhook_hook(self.webhooks))
         self.limits = RateLimiter(self.redis, self.keys, settings)
+        self.wakeups = JobWakeups(self.redis, self.keys)
         self.files = FileStore(self.redis, self.keys, settings.file_ttl_s)
         self.batches = BatchStore(self.redis, self.keys, settings.batch_ttl_s)
         self._lock = threading.Lock()

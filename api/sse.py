@@ -1,8 +1,9 @@
 """Server-Sent Events relay of a job's token log.
 
-The Redis Stream is the source of truth; pub/sub only wakes the relay. The relay subscribes first,
-then reads the stream after the client's last id, so a chunk written between the two is still read:
-late subscribers and reconnecting clients (`Last-Event-ID`) lose nothing.
+The Redis Stream is the source of truth; pub/sub only wakes the relay (through the process's one
+listener, `api/wakeups.py`). The relay follows the job first, then reads the stream after the
+client's last id, so a chunk written between the two is still read: late subscribers and
+reconnecting clients (`Last-Event-ID`) lose nothing.
 
 A job redelivered after its worker was lost starts over: its log then holds the abandoned
 attempt's chunks, a `restart` event, and the new attempt's chunks (indices from 0 again). Chunks
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
-import time
+import threading
 from collections.abc import Iterator
 
 import redis
@@ -35,38 +36,34 @@ def format_event(event_id: str | None, event: str, data: dict) -> str:
 def job_event_stream(svc: Services, job_id: str, last_event_id: str | None) -> Iterator[tuple[str | None, str, dict]]:
     """(id, event, data) of the job's log from after `last_event_id` until `done`; (None,
     'heartbeat', {}) while idle. Yields a `done` built from the record if the log lacks one."""
-    pubsub = svc.redis.pubsub(ignore_subscribe_messages=True)
     last = last_event_id or "0"
     try:
-        pubsub.subscribe(svc.keys.channel(job_id))
-        while True:
-            for entry_id, event, data in _last_attempt(svc.store.read_events(job_id, last)):
-                last = entry_id
-                yield entry_id, event, data
-                if event == "done":
-                    return
-            waited_since = time.monotonic()
-            if pubsub.get_message(timeout=svc.settings.sse_heartbeat_s) is not None:
-                continue
-            if time.monotonic() - waited_since < svc.settings.sse_heartbeat_s * 0.9:
-                continue  # woken by a subscribe confirmation, not by silence
-            record = svc.store.get(job_id)
-            if record is not None and is_overdue(record):
-                svc.store.expire_if_overdue(job_id)  # logs `done`, read on the next pass
-                continue
-            if record is None or _ended_without_done(svc, job_id, record, last):
-                if record and last == "0" and record.get("text"):  # log expired: replay the record
-                    yield None, "chunk", {"index": 0, "text": record["text"]}
-                yield None, "done", done_payload(record or {"status": "expired"})
-                return
-            yield None, "heartbeat", {}
+        with svc.wakeups.follow(job_id) as woken:
+            yield from _relay(svc, job_id, last, woken)
     except redis.RedisError as exc:
         log.warning("SSE relay for job %s ends: Redis unavailable (%s)", job_id, exc)
-    finally:
-        try:
-            pubsub.close()
-        except redis.RedisError:
-            pass
+
+
+def _relay(svc: Services, job_id: str, last: str, woken: threading.Event) -> Iterator[tuple[str | None, str, dict]]:
+    while True:
+        woken.clear()  # before the read: a chunk logged after it sets it again
+        for entry_id, event, data in _last_attempt(svc.store.read_events(job_id, last)):
+            last = entry_id
+            yield entry_id, event, data
+            if event == "done":
+                return
+        if woken.wait(timeout=svc.settings.sse_heartbeat_s):
+            continue
+        record = svc.store.get(job_id)
+        if record is not None and is_overdue(record):
+            svc.store.expire_if_overdue(job_id)  # logs `done`, read on the next pass
+            continue
+        if record is None or _ended_without_done(svc, job_id, record, last):
+            if record and last == "0" and record.get("text"):  # log expired: replay the record
+                yield None, "chunk", {"index": 0, "text": record["text"]}
+            yield None, "done", done_payload(record or {"status": "expired"})
+            return
+        yield None, "heartbeat", {}
 
 
 def _last_attempt(events: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:
