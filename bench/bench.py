@@ -10,7 +10,8 @@ Side by side with other servers, all driven with the same OpenAI streaming chat 
 
 (`--engines`: one llmq stack per engine; `--vllm-server`: vLLM's own OpenAI server on the same
 model, so llmq-on-vLLM against it is the queue's cost; `--llama-server`: llama.cpp's server binary,
-built from source, on `--gguf`, by default the embedded model's GGUF.)
+built from source, on `--gguf`, by default the embedded model's GGUF. All of them run at once and
+take turns, `--rounds` times, so the machine's drift is shared rather than handed to the last.)
 
 Starts its own llmq stack (worker + gunicorn API, fresh namespace) unless --url is given, then the
 baseline (bench/baseline_server.py: one Flask process, model.generate under a lock), and drives
@@ -116,16 +117,26 @@ peer_request = openai_request
 
 
 def run_level(request_fn, url: str, clients: int, per_client: int, max_tokens: int) -> dict:
+    samples, wall = drive(request_fn, url, clients, per_client, max_tokens)
+    return summarize(clients, samples, wall)
+
+
+def drive(request_fn, url: str, clients: int, per_client: int, max_tokens: int,
+          first_prompt: int = 0) -> tuple[list[Sample], float]:
+    """`clients` closed-loop clients, `per_client` requests each: the samples and the wall time."""
     def client(index: int) -> list[Sample]:
         # distinct prompts (a number in each), so no server can reuse another request's answer
-        return [request_fn(url, f"Story {index * per_client + i}: write a long, detailed story about "
-                                f"{TOPICS[(index * per_client + i) % len(TOPICS)]}.", max_tokens)
-                for i in range(per_client)]
+        numbers = [first_prompt + index * per_client + i for i in range(per_client)]
+        return [request_fn(url, f"Story {n}: write a long, detailed story about "
+                                f"{TOPICS[n % len(TOPICS)]}.", max_tokens) for n in numbers]
 
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
         samples = [s for batch in pool.map(client, range(clients)) for s in batch]
-    wall = time.perf_counter() - start
+    return samples, time.perf_counter() - start
+
+
+def summarize(clients: int, samples: list[Sample], wall: float) -> dict:
     good = [s for s in samples if s.ok]
     pct = lambda values, q: statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
     return {
@@ -170,6 +181,25 @@ def print_table(ours: list[dict], base: list[dict], label: str = "base") -> None
               + (f"/{b['failed']}" if b else ""))
 
 
+def interleaved(servers: dict, args) -> dict[str, list[dict]]:
+    """Each level, `args.rounds` rounds of every server in turn (alternating order); pooled rows."""
+    results: dict[str, list[dict]] = {name: [] for name in servers}
+    for clients in args.levels:
+        pooled = {name: ([], 0.0) for name in servers}
+        for round_ in range(args.rounds):
+            order = list(servers) if round_ % 2 == 0 else list(servers)[::-1]
+            for name in order:
+                first = round_ * clients * args.requests_per_client  # fresh prompts each round
+                samples, wall = drive(openai_request, servers[name].url, clients, args.requests_per_client,
+                                      args.max_tokens, first)
+                row = summarize(clients, samples, wall)
+                print(f"{name:12s} round {round_ + 1} {json.dumps(row)}", flush=True)
+                pooled[name] = (pooled[name][0] + samples, pooled[name][1] + wall)
+        for name, (samples, wall) in pooled.items():
+            results[name].append(summarize(clients, samples, wall))
+    return results
+
+
 def embedded_gguf() -> Path:
     return Path(importlib.util.find_spec(EMBEDDED_PACKAGE).submodule_search_locations[0]) / EMBEDDED_GGUF
 
@@ -199,6 +229,8 @@ def main() -> None:
     parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
                         help="path of a built llama.cpp llama-server binary (or LLAMA_SERVER)")
     parser.add_argument("--gguf", help="GGUF for llama-server (default: the embedded model's)")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="with --openai: rounds of every server in turn, pooled per server")
     args = parser.parse_args()
     if args.openai or args.engines != "hf":
         compare(args)
@@ -226,23 +258,37 @@ def main() -> None:
 
 
 def compare(args) -> None:
-    """Every server under the same OpenAI streaming load; a table of tokens/s and p95 TTFT."""
-    logs, results = args.out / "logs", {}
+    """Every server under the same OpenAI streaming load; a table of tokens/s and p95 TTFT.
+
+    All servers are started first (an idle one costs nothing: no step runs without requests), then
+    driven in turns, `--rounds` times, each round's order the reverse of the last: these shared
+    machines drift by several percent within minutes, and interleaving spreads the drift over
+    every server instead of handing it to whichever ran last. Each server's figure pools its
+    rounds (tokens over wall time; percentiles over all requests)."""
+    logs = args.out / "logs"
     model_path = str(resolve_model(Settings(model=args.model, allow_download=False)).path)
     batch = max(args.levels)
-    for engine in filter(None, args.engines.split(",")):
-        env = {"LLMQ_DTYPE": args.dtype, "LLMQ_ENGINE": engine, "LLMQ_KV_CACHE_MB": str(args.kv_cache_mb),
-               "LLMQ_MAX_BATCH_SIZE": str(batch), "LLMQ_VLLM_ENFORCE_EAGER": str(args.eager)}
-        stack = Stack(args.redis_url, args.model, logs / engine, env)
-        stack.wait_ready(600)
-        results[f"llmq-{engine}"] = measure(f"llmq-{engine}", stack, openai_request, args)
-    if args.vllm_server:
-        server = VllmServer(model_path, logs, args.dtype, args.kv_cache_mb, batch, args.eager)
-        results["vllm-server"] = measure("vllm", server, openai_request, args)
-    if args.llama_server:
-        server = LlamaServer(args.llama_server, args.gguf or str(embedded_gguf()), logs,
-                             threads=len(os.sched_getaffinity(0)), slots=batch)
-        results["llama-server"] = measure("llama.cpp", server, openai_request, args)
+    servers = {}
+    try:
+        for engine in filter(None, args.engines.split(",")):
+            env = {"LLMQ_DTYPE": args.dtype, "LLMQ_ENGINE": engine, "LLMQ_KV_CACHE_MB": str(args.kv_cache_mb),
+                   "LLMQ_MAX_BATCH_SIZE": str(batch), "LLMQ_VLLM_ENFORCE_EAGER": str(args.eager)}
+            servers[f"llmq-{engine}"] = Stack(args.redis_url, args.model, logs / engine, env)
+            servers[f"llmq-{engine}"].wait_ready(600)
+        if args.vllm_server:
+            servers["vllm-server"] = VllmServer(model_path, logs, args.dtype, args.kv_cache_mb, batch, args.eager)
+        if args.llama_server:
+            servers["llama-server"] = LlamaServer(args.llama_server, args.gguf or str(embedded_gguf()), logs,
+                                                  threads=len(os.sched_getaffinity(0)), slots=batch)
+        for server in servers.values():
+            server.wait_ready()
+            # warm-up at the largest batch: a server's first requests of a new shape are slow
+            # (vLLM compiles for it), and that belongs to start-up, not to the first round
+            drive(openai_request, server.url, batch, 1, 16, first_prompt=10_000)
+        results = interleaved(servers, args)
+    finally:
+        for server in servers.values():
+            server.stop()
     print(f"\n{'server':14s} | " + " | ".join(f"{c:>3} clients tok/s (p95 TTFT)" for c in args.levels))
     for name, rows in results.items():
         print(f"{name:14s} | " + " | ".join(f"{r['tokens_per_s']:>12.1f} ({r['ttft_p95']:.2f} s){'':5s}"
