@@ -66,10 +66,14 @@ def test_confine_moves_unbound_threads_to_the_service_cores_and_leaves_bound_one
         bound.kill()
 
 
+def pinning_cli(flag: str, **env: str) -> str:
+    return subprocess.run([sys.executable, "-m", "worker.pinning", flag], cwd=ROOT, capture_output=True,
+                          text=True, check=True, env={**os.environ, **env}).stdout.strip()
+
+
 def test_cli_prints_the_service_cores():
-    out = subprocess.run([sys.executable, "-m", "worker.pinning", "--service"], cwd=ROOT, capture_output=True,
-                         text=True, check=True, env={**os.environ, "LLMQ_VLLM_CPU_RESERVED_CORES": "1"}).stdout
-    assert parse_cpus(out.strip()) == set(service_and_compute(os.sched_getaffinity(0), 1)[0])
+    out = pinning_cli("--service", LLMQ_VLLM_CPU_RESERVED_CORES="1")
+    assert parse_cpus(out) == set(service_and_compute(os.sched_getaffinity(0), 1)[0])
 
 
 _TWO_THREADS = """
@@ -115,6 +119,4 @@ def test_lower_priority_never_raises_a_threads_priority():
 
 
 def test_cli_prints_the_relay_niceness():
-    out = subprocess.run([sys.executable, "-m", "worker.pinning", "--relay-nice"], cwd=ROOT, capture_output=True,
-                         text=True, check=True, env={**os.environ, "LLMQ_VLLM_RELAY_NICE": "12"}).stdout
-    assert out.strip() == "12"
+    assert pinning_cli("--relay-nice", LLMQ_VLLM_RELAY_NICE="12") == "12"
