@@ -56,6 +56,11 @@ class JobWakeups:
                 if not followers:
                     self._followers.pop(job_id, None)
 
+    @property
+    def listening(self) -> bool:
+        """Whether this process's listener thread runs (for tests and diagnostics)."""
+        return self._listening
+
     def _listen(self) -> None:
         idle_since, delay = None, 0.1
         while True:
@@ -63,27 +68,26 @@ class JobWakeups:
             try:
                 pubsub.psubscribe(self._pattern)
                 while True:
-                    message = pubsub.get_message(timeout=self._poll_s)
-                    if message is None:
-                        with self._lock:
-                            if self._followers:
-                                idle_since = None
-                            elif idle_since is None:
-                                idle_since = time.monotonic()
-                            elif time.monotonic() - idle_since >= self._linger_s:
-                                self._listening = False
-                                return
-                    elif message["type"] == "pmessage":
+                    message = pubsub.get_message(timeout=self._poll_s) or {"type": None}
+                    if message["type"] == "pmessage":
                         self._wake(message["channel"][len(self._head):-len(self._tail) or None])
                     elif message["type"] == "psubscribe":
                         delay = 0.1
                         self._wake_all()  # what was published before now was not heard
+                    if self._followers:
+                        idle_since = None
+                        continue
+                    idle_since = idle_since or time.monotonic()
+                    if self._end_if_unfollowed(time.monotonic() - idle_since >= self._linger_s):
+                        return
             except Exception as exc:  # never die silently: relays would wait for their heartbeats
                 if isinstance(exc, redis.RedisError):
                     log.warning("SSE wake-up listener lost Redis (%s); again in %.1f s", exc, delay)
                 else:
                     log.exception("SSE wake-up listener failed; again in %.1f s", delay)
                 self._wake_all()  # relays read the log themselves, and end if Redis is away
+                if self._end_if_unfollowed(True):  # nobody left to wake: stop retrying
+                    return
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
             finally:
@@ -91,6 +95,15 @@ class JobWakeups:
                     pubsub.close()
                 except redis.RedisError:
                     pass
+
+    def _end_if_unfollowed(self, may_end: bool) -> bool:
+        """End the listener (True) if it may and no relay follows a job; the next `follow` starts
+        a new one. Decided under the lock `follow` registers under, so no relay is left unheard."""
+        with self._lock:
+            if may_end and not self._followers:
+                self._listening = False
+                return True
+            return False
 
     def _wake(self, job_id: str) -> None:
         with self._lock:

@@ -1,7 +1,6 @@
 """The API's one pub/sub listener: it wakes exactly the relays following the job that grew, wakes
 every relay whenever it has (re)subscribed (what was published before was not heard), survives
 a Redis restart, and ends once nobody follows a job."""
-import threading
 import time
 
 import pytest
@@ -20,10 +19,6 @@ def keys():
     cleanup_namespace(settings)
 
 
-def listeners() -> list[threading.Thread]:
-    return [t for t in threading.enumerate() if t.name == "sse-wakeups" and t.is_alive()]
-
-
 def test_a_publish_wakes_the_followers_of_that_job_only(keys):
     ns, client = keys
     wakeups = JobWakeups(client, ns, linger_s=0.5, poll_s=0.1)
@@ -39,16 +34,15 @@ def test_a_publish_wakes_the_followers_of_that_job_only(keys):
 
 def test_the_listener_ends_when_nobody_follows_and_a_new_follower_starts_another(keys):
     ns, client = keys
-    before = len(listeners())
     wakeups = JobWakeups(client, ns, linger_s=0.3, poll_s=0.05)
     with wakeups.follow("a") as woken:
-        assert woken.wait(5) and len(listeners()) == before + 1
+        assert woken.wait(5) and wakeups.listening
     deadline = time.monotonic() + 5
-    while len(listeners()) > before and time.monotonic() < deadline:
+    while wakeups.listening and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert len(listeners()) == before
+    assert not wakeups.listening
     with wakeups.follow("a") as woken:
-        assert woken.wait(5)
+        assert woken.wait(5)  # the new listener's subscription wakes its relays
         woken.clear()
         client.publish(ns.channel("a"), "chunk")
         assert woken.wait(5)
@@ -74,5 +68,11 @@ def test_followers_are_woken_through_a_redis_restart(tmp_path):
                     break
             else:
                 pytest.fail("the listener did not come back after Redis restarted")
+            private.stop()
+            assert woken.wait(5)
+        deadline = time.monotonic() + 5  # Redis is away and nobody follows: the listener gives up
+        while wakeups.listening and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not wakeups.listening
     finally:
         private.stop()
