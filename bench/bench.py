@@ -195,6 +195,9 @@ def interleaved(servers: dict, args) -> dict[str, list[dict]]:
                 row = summarize(clients, samples, wall)
                 print(f"{name:12s} round {round_ + 1} {json.dumps(row)}", flush=True)
                 pooled[name] = (pooled[name][0] + samples, pooled[name][1] + wall)
+                # vLLM's compute process polls for about a second after its last request, on the
+                # core the next server computes on: let it stop before the next turn starts
+                time.sleep(args.settle_s)
         for name, (samples, wall) in pooled.items():
             results[name].append(summarize(clients, samples, wall))
     return results
@@ -231,6 +234,8 @@ def main() -> None:
     parser.add_argument("--gguf", help="GGUF for llama-server (default: the embedded model's)")
     parser.add_argument("--rounds", type=int, default=3,
                         help="with --openai: rounds of every server in turn, pooled per server")
+    parser.add_argument("--settle-s", type=float, default=3.0,
+                        help="with --openai: pause between turns, so one server's idle polling is over")
     args = parser.parse_args()
     if args.openai or args.engines != "hf":
         compare(args)
