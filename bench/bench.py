@@ -290,6 +290,7 @@ def compare(args) -> None:
             # warm-up at the largest batch: a server's first requests of a new shape are slow
             # (vLLM compiles for it), and that belongs to start-up, not to the first round
             drive(openai_request, server.url, batch, 1, 16, first_prompt=10_000)
+            time.sleep(args.settle_s)
         results = interleaved(servers, args)
     finally:
         for server in servers.values():
