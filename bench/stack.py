@@ -66,22 +66,20 @@ class Stack(Processes):
             subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", "gthread", "--threads", "64",
                               "-w", "1", "-b", f"127.0.0.1:{self.port}", "api.wsgi:app"], cwd=ROOT,
                              env=env, stdout=open(log_dir / "api.log", "w"), stderr=subprocess.STDOUT,
-                             preexec_fn=self._api_affinity(env)),
+                             preexec_fn=self._api_placement(env)),
         ]
 
     @staticmethod
-    def _api_affinity(env: dict):
+    def _api_placement(env: dict):
         """Beside a vLLM worker on CPU the API runs on the service cores, below the priority of
         vLLM's engine core, as `ops/run.sh` starts it: its threads stay off the core the model
         computes on, and out of the way of the engine core's scheduling of each step."""
         if env.get("LLMQ_ENGINE") != "vllm":
             return None
-        from common.settings import Settings
+        from common.settings import get_settings
         from worker.pinning import service_cores
 
-        stack_settings = Settings(**{k.removeprefix("LLMQ_").lower(): v for k, v in env.items()
-                                     if k.startswith("LLMQ_")})
-        service, nice = service_cores(), stack_settings.vllm_relay_nice
+        service, nice = service_cores(), get_settings().vllm_relay_nice  # as `python -m worker.pinning`
 
         def place() -> None:
             os.sched_setaffinity(0, service)
