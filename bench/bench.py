@@ -186,11 +186,12 @@ def interleaved(servers: dict, args) -> dict[str, list[dict]]:
     results: dict[str, list[dict]] = {name: [] for name in servers}
     for clients in args.levels:
         pooled = {name: ([], 0.0) for name in servers}
+        per_client = max(args.requests_per_client, -(-args.min_requests // clients))
         for round_ in range(args.rounds):
             order = list(servers) if round_ % 2 == 0 else list(servers)[::-1]
             for name in order:
-                first = round_ * clients * args.requests_per_client  # fresh prompts each round
-                samples, wall = drive(openai_request, servers[name].url, clients, args.requests_per_client,
+                first = round_ * clients * per_client  # fresh prompts each round
+                samples, wall = drive(openai_request, servers[name].url, clients, per_client,
                                       args.max_tokens, first)
                 row = summarize(clients, samples, wall)
                 print(f"{name:12s} round {round_ + 1} {json.dumps(row)}", flush=True)
@@ -201,6 +202,12 @@ def interleaved(servers: dict, args) -> dict[str, list[dict]]:
         for name, (samples, wall) in pooled.items():
             results[name].append(summarize(clients, samples, wall))
     return results
+
+
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """`nice0:LLMQ_VLLM_RELAY_NICE=0,LLMQ_X=1` as ("nice0", {"LLMQ_VLLM_RELAY_NICE": "0", ...})."""
+    name, _, changes = text.partition(":")
+    return name, dict(change.split("=", 1) for change in changes.split(",") if change)
 
 
 def embedded_gguf() -> Path:
@@ -236,6 +243,12 @@ def main() -> None:
                         help="with --openai: rounds of every server in turn, pooled per server")
     parser.add_argument("--settle-s", type=float, default=3.0,
                         help="with --openai: pause between turns, so one server's idle polling is over")
+    parser.add_argument("--min-requests", type=int, default=8,
+                        help="with --openai: at least this many requests per turn, however few the "
+                             "clients (a single client's two requests are too few to measure)")
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+                        help="with --openai: one more llmq-on-vLLM stack, named llmq-NAME, with these "
+                             "settings changed (an A/B of a setting in one interleaved run); repeatable")
     args = parser.parse_args()
     if args.openai or args.engines != "hf":
         compare(args)
@@ -275,11 +288,17 @@ def compare(args) -> None:
     batch = max(args.levels)
     servers = {}
     try:
+        def stack_env(engine: str) -> dict[str, str]:
+            return {"LLMQ_DTYPE": args.dtype, "LLMQ_ENGINE": engine, "LLMQ_KV_CACHE_MB": str(args.kv_cache_mb),
+                    "LLMQ_MAX_BATCH_SIZE": str(batch), "LLMQ_VLLM_ENFORCE_EAGER": str(args.eager)}
+
         for engine in filter(None, args.engines.split(",")):
-            env = {"LLMQ_DTYPE": args.dtype, "LLMQ_ENGINE": engine, "LLMQ_KV_CACHE_MB": str(args.kv_cache_mb),
-                   "LLMQ_MAX_BATCH_SIZE": str(batch), "LLMQ_VLLM_ENFORCE_EAGER": str(args.eager)}
-            servers[f"llmq-{engine}"] = Stack(args.redis_url, args.model, logs / engine, env)
+            servers[f"llmq-{engine}"] = Stack(args.redis_url, args.model, logs / engine, stack_env(engine))
             servers[f"llmq-{engine}"].wait_ready(600)
+        for name, changes in map(parse_variant, args.variant):
+            env = {**stack_env("vllm"), **changes}
+            servers[f"llmq-{name}"] = Stack(args.redis_url, args.model, logs / name, env)
+            servers[f"llmq-{name}"].wait_ready(600)
         if args.vllm_server:
             servers["vllm-server"] = VllmServer(model_path, logs, args.dtype, args.kv_cache_mb, batch, args.eager)
         if args.llama_server:
@@ -299,7 +318,9 @@ def compare(args) -> None:
     for name, rows in results.items():
         print(f"{name:14s} | " + " | ".join(f"{r['tokens_per_s']:>12.1f} ({r['ttft_p95']:.2f} s){'':5s}"
                                              for r in rows))
-    for ours, theirs in [("llmq-vllm", "vllm-server"), ("llmq-vllm", "llama-server"), ("llmq-hf", "llama-server")]:
+    pairs = [("llmq-vllm", "vllm-server"), ("llmq-vllm", "llama-server"), ("llmq-hf", "llama-server")]
+    pairs += [(f"llmq-{name}", "vllm-server") for name, _ in map(parse_variant, args.variant)]
+    for ours, theirs in pairs:
         if ours in results and theirs in results:
             ratios = [o["tokens_per_s"] / t["tokens_per_s"] for o, t in zip(results[ours], results[theirs])]
             print(f"{ours} / {theirs}: " + ", ".join(f"{r:.2f}x at {c}" for r, c in zip(ratios, args.levels)))

@@ -76,10 +76,12 @@ class Stack(Processes):
         computes on, and out of the way of the engine core's scheduling of each step."""
         if env.get("LLMQ_ENGINE") != "vllm":
             return None
-        from common.settings import get_settings
+        from common.settings import Settings
         from worker.pinning import service_cores
 
-        service, nice = service_cores(), get_settings().vllm_relay_nice  # as `python -m worker.pinning`
+        # the stack's own settings (its environment, not this process's): a variant may change them
+        own = {key.removeprefix("LLMQ_").lower(): value for key, value in env.items() if key.startswith("LLMQ_")}
+        service, nice = service_cores(), Settings(**own).vllm_relay_nice
 
         def place() -> None:
             os.sched_setaffinity(0, service)
