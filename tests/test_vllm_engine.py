@@ -190,3 +190,23 @@ def test_float32_stays_float32_for_vllm():
     from worker.engine.vllm_engine import vllm_dtype
 
     assert vllm_dtype("float32") == "float32" and vllm_dtype("bfloat16") == "bfloat16"
+
+
+def test_each_steps_tokens_wait_the_relay_delay_before_they_are_handed_on(monkeypatch):
+    """On CPU the worker holds each step's tokens for `vllm_relay_delay_ms` before returning them;
+    without the setting (a test double's engine) it never sleeps."""
+    from tests.conftest import make_settings
+    from worker.engine import vllm_engine
+
+    slept = []
+    monkeypatch.setattr(vllm_engine.time, "sleep", slept.append)
+    core = FakeVllmCore({"a": "ab"})
+    engine = VLLMEngine("unused", make_settings(vllm_relay_delay_ms=3), core=core, tokenizer=CharTokenizer(),
+                        sampling_params=fake_params)
+    engine.add_request(EngineRequest("a", [1], GREEDY))
+    texts, _ = run_to_end(engine)
+    assert texts["a"] == "ab" and slept == [0.003] * core.steps
+    plain, _ = make_engine({"b": "cd"})
+    plain.add_request(EngineRequest("b", [1], GREEDY))
+    run_to_end(plain)
+    assert len(slept) == core.steps

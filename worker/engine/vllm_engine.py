@@ -128,6 +128,25 @@ def yield_to_the_engine_core(nice: int) -> None:
     log.info("worker threads at niceness %d (%d changed), below vLLM's engine core", nice, changed)
 
 
+def relay_delay_s(settings) -> float:
+    """How long each step's tokens wait in the worker before they are relayed (CPU only).
+
+    vLLM's engine core sends a step's tokens out and only then schedules the next step. Between
+    steps it waits for the compute process by spinning on `sched_yield`, and each yield hands its
+    turn to any runnable thread on the core, whatever their niceness. So the relay that the tokens
+    wake (vLLM's output thread here, the job threads, Redis, the API) runs first, and the next step
+    starts only when the relay is done: every step is longer by the relay's time. Holding the
+    tokens a moment leaves the core to the engine core while it schedules; the relay then runs
+    while the next step computes. Interleaved on the 135M model at 16 clients, against vLLM's own
+    server: 0.91x without the delay, 0.93x at 2 ms, 0.95x at 5 ms (a token reaches its client 5 ms
+    later; no change for a single client)."""
+    import torch
+
+    if settings is None or torch.cuda.is_available():
+        return 0.0
+    return settings.vllm_relay_delay_ms / 1000
+
+
 def build_vllm_core(model_path: str, settings) -> Any:
     """vLLM's synchronous `LLMEngine`, sized by llmq's settings (KV memory, batch, context, dtype).
 
@@ -186,6 +205,7 @@ class VLLMEngine:
         self.tokenizer = tokenizer or load_tokenizer(model_path)
         self.sampling_params = sampling_params
         self.stats = EngineStats()
+        self.relay_delay_s = relay_delay_s(settings)
         self._tracked: dict[str, _Tracked] = {}
         self._cancelled: list[str] = []
 
@@ -225,6 +245,8 @@ class VLLMEngine:
             log.exception("vLLM step failed; failing %d requests", len(self._tracked))
             return outputs + self.fail_all(f"engine error: {exc}")
         results = [r for r in results if r.request_id in self._tracked]
+        if results and self.relay_delay_s:
+            time.sleep(self.relay_delay_s)  # the engine core's turn first: see `relay_delay_s`
         if results:
             self._record(len(results), prefill=any(not self._tracked[r.request_id].seen for r in results))
         for result in results:
