@@ -76,12 +76,13 @@ class Stack(Processes):
         computes on, and out of the way of the engine core's scheduling of each step."""
         if env.get("LLMQ_ENGINE") != "vllm":
             return None
-        from common.settings import Settings
-        from worker.pinning import service_cores
+        from worker.pinning import parse_cpus
 
-        # the stack's own settings (its environment, not this process's): a variant may change them
-        own = {key.removeprefix("LLMQ_").lower(): value for key, value in env.items() if key.startswith("LLMQ_")}
-        service, nice = service_cores(), Settings(**own).vllm_relay_nice
+        def pinning(flag: str) -> str:  # as ops/run.sh asks, with the stack's own settings (a variant's)
+            return subprocess.run([sys.executable, "-m", "worker.pinning", flag], cwd=ROOT, env=env,
+                                  capture_output=True, text=True, check=True).stdout.strip()
+
+        service, nice = parse_cpus(pinning("--service")), int(pinning("--relay-nice"))
 
         def place() -> None:
             os.sched_setaffinity(0, service)

@@ -245,9 +245,9 @@ class VLLMEngine:
             log.exception("vLLM step failed; failing %d requests", len(self._tracked))
             return outputs + self.fail_all(f"engine error: {exc}")
         results = [r for r in results if r.request_id in self._tracked]
-        if results and self.relay_delay_s:
-            time.sleep(self.relay_delay_s)  # the engine core's turn first: see `relay_delay_s`
         if results:
+            if self.relay_delay_s:
+                time.sleep(self.relay_delay_s)  # the engine core's turn first: see `relay_delay_s`
             self._record(len(results), prefill=any(not self._tracked[r.request_id].seen for r in results))
         for result in results:
             outputs.append(self._advance(result))
