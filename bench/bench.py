@@ -147,6 +147,9 @@ def summarize(clients: int, samples: list[Sample], wall: float) -> dict:
         "latency_p95": round(pct([s.latency for s in good], 95), 2),
         "ttft_p50": round(pct([s.ttft for s in good], 50), 3),
         "ttft_p95": round(pct([s.ttft for s in good], 95), 3),
+        # time per output token after the first: decode speed alone, apart from the queue's wait
+        "tpot_ms": round(1000 * statistics.fmean((s.latency - s.ttft) / (s.tokens - 1) for s in good
+                                                 if s.tokens > 1), 2) if any(s.tokens > 1 for s in good) else None,
     }
 
 
@@ -317,6 +320,10 @@ def compare(args) -> None:
     print(f"\n{'server':14s} | " + " | ".join(f"{c:>3} clients tok/s (p95 TTFT)" for c in args.levels))
     for name, rows in results.items():
         print(f"{name:14s} | " + " | ".join(f"{r['tokens_per_s']:>12.1f} ({r['ttft_p95']:.2f} s){'':5s}"
+                                             for r in rows))
+    print(f"\n{'server':14s} | " + " | ".join(f"{c:>3} clients TTFT p50, ms/token" for c in args.levels))
+    for name, rows in results.items():
+        print(f"{name:14s} | " + " | ".join(f"{r['ttft_p50']:>12.3f} s, {r['tpot_ms'] or 0:5.1f}{'':4s}"
                                              for r in rows))
     pairs = [("llmq-vllm", "vllm-server"), ("llmq-vllm", "llama-server"), ("llmq-hf", "llama-server")]
     pairs += [(f"llmq-{name}", "vllm-server") for name, _ in map(parse_variant, args.variant)]

@@ -5,6 +5,7 @@ Most tests drive the adapter with a fake vLLM core (per-step token deltas, as vL
 """
 from __future__ import annotations
 
+import queue
 import subprocess
 import sys
 import time
@@ -134,6 +135,53 @@ def test_runs_under_the_engine_loop_like_the_cpu_engine():
     assert text == "streamed" and out.finish_reason == "stop"
     failed = bad.get(timeout=5)
     assert failed.finished and failed.finish_reason == "error" and "rejected" in failed.error
+
+
+class QueuedFakeVllmCore(FakeVllmCore):
+    """As vLLM's multiprocess engine: its engine core steps in another process, and a thread of
+    its client queues each step's outputs on `engine_core.outputs_queue`, where `step` blocks until
+    they come. Here the test plays the engine core: `emit` runs one step and queues its outputs."""
+
+    def __init__(self, scripts):
+        super().__init__(scripts)
+        self.engine_core = SimpleNamespace(outputs_queue=queue.Queue())
+
+    def step(self):
+        return self.engine_core.outputs_queue.get()
+
+    def emit(self):
+        self.engine_core.outputs_queue.put_nowait(super().step())
+
+
+def wait_for(condition, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
+def test_a_request_reaches_vllm_while_the_loop_waits_for_a_step():
+    """The loop waits for vLLM's outputs beside its inbox, not inside `step`: a request submitted
+    while a step is under way goes to vLLM at once, so it can join the very next step."""
+    core = QueuedFakeVllmCore({"a": "abc", "b": "xy"})
+    engine = VLLMEngine("unused", core=core, tokenizer=CharTokenizer(), sampling_params=fake_params)
+    loop = EngineLoop(engine)
+    first = loop.submit(EngineRequest("a", [1], GREEDY))
+    wait_for(lambda: "a" in core.running)
+    time.sleep(0.05)  # the loop is now waiting for a's first step, which has not come
+    second = loop.submit(EngineRequest("b", [1], GREEDY))
+    wait_for(lambda: "b" in core.running)  # blocked inside step(), the loop would never get here
+    assert core.steps == 0
+    for _ in range(4):  # a: a, b, c, EOS; b joined the first step: x, y, EOS
+        core.emit()
+    texts = {}
+    for rid, stream in (("a", first), ("b", second)):
+        texts[rid], out = "", None
+        while out is None or not out.finished:
+            out = stream.get(timeout=5)
+            assert out is not None, f"{rid} did not finish"
+            texts[rid] += out.text
+    assert texts == {"a": "abc", "b": "xy"} and not engine.has_unfinished()
 
 
 def test_module_does_not_import_vllm():

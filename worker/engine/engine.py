@@ -103,6 +103,14 @@ class LLMEngine:
     def has_unfinished(self) -> bool:
         return self.scheduler.has_work() or bool(self._aborted)
 
+    def ready(self) -> bool:
+        """Whether `step` has something to do without waiting: always here, where the step is the
+        model's computation itself (vLLM's adapter waits for another process's step)."""
+        return True
+
+    def on_ready(self, wake) -> None:
+        """Nothing to announce: this engine is always ready (see `ready`)."""
+
     # --- the step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         outputs = self._retire_aborted()

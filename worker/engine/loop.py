@@ -37,6 +37,7 @@ class EngineLoop:
         self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self._streams: dict[str, RequestStream] = {}
         self._wake = threading.Event()
+        engine.on_ready(self._wake.set)
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._thread.start()
 
@@ -56,14 +57,19 @@ class EngineLoop:
         return len(self._streams)
 
     def _run(self) -> None:
+        """Step while there is work and the engine is ready; otherwise sleep until a request
+        arrives or the engine becomes ready. An engine whose step runs elsewhere (vLLM's engine
+        core) is waited for here rather than inside `step`, so a request that arrives meanwhile
+        is handed to the engine at once and joins the very next step, as with vLLM's own server.
+        The event is cleared before the checks, so a wake-up that comes during them is not lost."""
         while True:
+            self._wake.clear()
             self._drain_inbox()
-            if not self.engine.has_unfinished():
+            if self.engine.has_unfinished() and self.engine.ready():
+                for output in self.engine.step():
+                    self._deliver(output)
+            else:
                 self._wake.wait(timeout=1.0)
-                self._wake.clear()
-                continue
-            for output in self.engine.step():
-                self._deliver(output)
 
     def _drain_inbox(self) -> None:
         while True:
