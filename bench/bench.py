@@ -138,6 +138,8 @@ def drive(request_fn, url: str, clients: int, per_client: int, max_tokens: int,
 
 def summarize(clients: int, samples: list[Sample], wall: float) -> dict:
     good = [s for s in samples if s.ok]
+    # time per output token after the first: decode speed alone, apart from the queue's wait
+    per_token = [(s.latency - s.ttft) / (s.tokens - 1) for s in good if s.tokens > 1]
     pct = lambda values, q: statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
     return {
         "clients": clients, "requests": len(samples), "failed": len(samples) - len(good),
@@ -147,9 +149,7 @@ def summarize(clients: int, samples: list[Sample], wall: float) -> dict:
         "latency_p95": round(pct([s.latency for s in good], 95), 2),
         "ttft_p50": round(pct([s.ttft for s in good], 50), 3),
         "ttft_p95": round(pct([s.ttft for s in good], 95), 3),
-        # time per output token after the first: decode speed alone, apart from the queue's wait
-        "tpot_ms": round(1000 * statistics.fmean((s.latency - s.ttft) / (s.tokens - 1) for s in good
-                                                 if s.tokens > 1), 2) if any(s.tokens > 1 for s in good) else None,
+        "tpot_ms": round(1000 * statistics.fmean(per_token), 2) if per_token else None,
     }
 
 

@@ -194,6 +194,14 @@ def live_api(app, worker):
     server.stop()
 
 
+def wait_until(predicate, timeout: float = 10) -> None:
+    """Poll `predicate` every 10 ms until it holds; fail the test after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.01)
+
+
 def wait_for_job(base_url: str, job_id: str, timeout: float = 120) -> dict:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

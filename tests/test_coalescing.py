@@ -5,6 +5,7 @@ import time
 import uuid
 
 from common.schemas import JobStatus
+from tests.conftest import wait_until
 from tests.test_job_faults import events_of, make_runner, settings, store  # noqa: F401 (fixtures)
 
 QUEUE = "q"
@@ -50,13 +51,6 @@ def run_in_thread(job_runner):
     thread = threading.Thread(target=work)
     thread.start()
     return thread, result
-
-
-def wait_until(predicate, timeout=10):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def test_identical_requests_share_one_generation(store, settings):

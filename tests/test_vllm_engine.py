@@ -13,6 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.conftest import wait_until
 from tests.fakes import CharTokenizer, run_to_end
 from worker.engine.loop import EngineLoop
 from worker.engine.sequence import EngineRequest, Sampling
@@ -153,13 +154,6 @@ class QueuedFakeVllmCore(FakeVllmCore):
         self.engine_core.outputs_queue.put_nowait(super().step())
 
 
-def wait_for(condition, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
-
-
 def test_a_request_reaches_vllm_while_the_loop_waits_for_a_step():
     """The loop waits for vLLM's outputs beside its inbox, not inside `step`: a request submitted
     while a step is under way goes to vLLM at once, so it can join the very next step."""
@@ -167,10 +161,10 @@ def test_a_request_reaches_vllm_while_the_loop_waits_for_a_step():
     engine = VLLMEngine("unused", core=core, tokenizer=CharTokenizer(), sampling_params=fake_params)
     loop = EngineLoop(engine)
     first = loop.submit(EngineRequest("a", [1], GREEDY))
-    wait_for(lambda: "a" in core.running)
+    wait_until(lambda: "a" in core.running, timeout=5)
     time.sleep(0.05)  # the loop is now waiting for a's first step, which has not come
     second = loop.submit(EngineRequest("b", [1], GREEDY))
-    wait_for(lambda: "b" in core.running)  # blocked inside step(), the loop would never get here
+    wait_until(lambda: "b" in core.running, timeout=5)  # blocked inside step(), the loop would never get here
     assert core.steps == 0
     for _ in range(4):  # a: a, b, c, EOS; b joined the first step: x, y, EOS
         core.emit()

@@ -72,10 +72,9 @@ def test_the_workers_threads_stay_off_the_cores_vllm_computes_on(vllm_stack):
     on the service cores; vLLM's engine core is left free to use both, as vLLM's own server does."""
     settings, worker, _ = vllm_stack
     service, compute = service_and_compute(os.sched_getaffinity(0), settings.vllm_cpu_reserved_cores)
-    own = thread_affinities(worker.proc.pid, children=False).values()
-    assert own and all(cpus == set(service) for cpus in own)
-    vllms = [cpus for tid, cpus in thread_affinities(worker.proc.pid).items()
-             if tid not in thread_affinities(worker.proc.pid, children=False)]
+    own = thread_affinities(worker.proc.pid, children=False)
+    assert own and all(cpus == set(service) for cpus in own.values())
+    vllms = [cpus for tid, cpus in thread_affinities(worker.proc.pid).items() if tid not in own]
     assert any(cpus <= set(compute) for cpus in vllms)  # its compute threads
     assert all(cpus <= set(compute) or cpus == os.sched_getaffinity(0) for cpus in vllms)
 

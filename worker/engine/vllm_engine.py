@@ -249,7 +249,7 @@ class VLLMEngine:
         So the queue also wakes the loop, which then waits for either. Where vLLM has no such
         queue (another client, a test double), `step` simply blocks as before."""
         outputs_queue = getattr(getattr(self.core, "engine_core", None), "outputs_queue", None)
-        if outputs_queue is None or not hasattr(outputs_queue, "put_nowait"):
+        if outputs_queue is None:
             return
         put_nowait = outputs_queue.put_nowait
 
@@ -261,14 +261,19 @@ class VLLMEngine:
 
     def ready(self) -> bool:
         """Whether `step` can run without waiting: a cancel to report, or vLLM's next outputs in."""
-        return bool(self._cancelled) or self._outputs_queue is None or not self._outputs_queue.empty()
+        return bool(self._cancelled) or not self._step_running()
+
+    def _step_running(self) -> bool:
+        """vLLM's engine core is still computing the next step (known only once `on_ready` found
+        its outputs queue; without it, `step` blocks until the outputs come)."""
+        return self._outputs_queue is not None and self._outputs_queue.empty()
 
     # --- the step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         outputs = [self._finish(rid, "", [], "cancelled") for rid in dict.fromkeys(self._cancelled)
                    if rid in self._tracked]
         self._cancelled.clear()
-        if not self._tracked or (self._outputs_queue is not None and self._outputs_queue.empty()):
+        if not self._tracked or self._step_running():
             return outputs  # nothing more, or vLLM's step is still running: do not block on it
         try:
             results = self.core.step()
