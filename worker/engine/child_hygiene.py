@@ -11,11 +11,11 @@ grandchildren of the worker).
 
 Nothing is wrapped around the child's target, nor around `Process.start` (a forked child runs on
 the copy of its parent's stack): a wrapper adds one frame under all of the child's code, and on
-CPython 3.11 that can be ruinous. Each thread keeps its frames in
-16 KiB chunks, and a call that crosses the end of a chunk maps a new one that the return unmaps
-again (fixed in CPython 3.14). One frame more moved vLLM's per-step calls onto such a boundary: its
-compute process took 180 page faults per decode step instead of 60, and each step 10% longer
-(135M model, one request: 28.3 against 25.5 ms), with no other cause to be seen.
+CPython 3.11 that can be ruinous. Each thread keeps its frames in 16 KiB chunks, and a call that
+crosses the end of a chunk maps a new one, which the return unmaps again (later CPythons keep a
+spare chunk). One frame more moved vLLM's per-step calls onto such an end: its compute process took
+180 page faults per decode step instead of 60, and each step was 10% longer (135M model, one
+request: 28.3 against 25.5 ms).
 
 The kernel sends the signal when the *thread* that started the child ends, so engines are built
 on the worker's main thread (as `WorkerRuntime.build` does). Linux only; elsewhere `install()`
