@@ -89,9 +89,10 @@ class Settings(BaseSettings):
                                      "core, which is on the critical path of every decode step; 0: "
                                      "equal priority")
     vllm_relay_delay_ms: float = Field(
-        5.0, ge=0, le=20, description="on CPU, how long the worker holds each step's tokens before "
+        0.0, ge=0, le=20, description="on CPU, how long the worker holds each step's tokens before "
                                       "relaying them, so that vLLM's engine core schedules the next "
-                                      "step before the relay (worker, Redis, API) takes the core")
+                                      "step before the relay (worker, Redis, API) takes the core; "
+                                      "0: relay at once (see vllm_engine.relay_delay_s)")
 
     # Faults, deadlines, auth, rate limits, priorities
     broker_restore_interval_s: float = Field(

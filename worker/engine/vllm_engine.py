@@ -144,7 +144,9 @@ def relay_delay_s(settings) -> float:
     tokens a moment leaves the core to the engine core while it schedules; the relay then runs
     while the next step computes. Interleaved on the 135M model at 16 clients, against vLLM's own
     server: 0.91x without the delay, 0.93x at 2 ms, 0.95x at 5 ms (a token reaches its client 5 ms
-    later; no change for a single client)."""
+    later; no change for a single client). Those runs carried the wrapper frame that made vLLM's
+    steps 10% longer (see `child_hygiene`); without it the delay no longer paid (16 clients: 0.98x
+    at 5 ms, 0.99x without), so it is off by default and kept as a knob for other hosts."""
     import torch
 
     if settings is None or torch.cuda.is_available():
