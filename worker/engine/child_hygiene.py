@@ -26,7 +26,6 @@ from __future__ import annotations
 import ctypes
 import multiprocessing
 import multiprocessing.util
-from multiprocessing import popen_spawn_posix
 import os
 import signal
 import sys
@@ -77,6 +76,8 @@ def install() -> None:
     global _installed
     if _installed or not sys.platform.startswith("linux"):
         return
+    from multiprocessing import popen_spawn_posix  # POSIX only: imported where it is needed
+
     multiprocessing.util.register_after_fork(_ANCHOR, _bind_to_parent)
     original_launch = popen_spawn_posix.Popen._launch
 
