@@ -77,6 +77,11 @@ class Settings(BaseSettings):
     private_task_events: bool = Field(
         False, description="keep job ids out of Celery events and Flower: random task ids, args shown "
                            "as the model only (a job id is enough to read a job when auth is off)")
+    stream_interval_ms: float = Field(
+        100.0, ge=0, le=1000, description="how long a running job's new text gathers before it is "
+                                          "relayed (one Redis write and one SSE event for all of it, "
+                                          "so about 10 events a second); the first text goes out at "
+                                          "once; 0: every decode step")
     vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     vllm_enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start, slower steps")
     vllm_cpu_reserved_cores: int = Field(

@@ -221,3 +221,21 @@ def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, sett
     job_runner, _ = make_runner(store, settings, {job: "every word exactly once"}, delay=0.01)
     job_runner.run(job)
     assert_whole_answer(store, job, "every word exactly once")
+
+
+def test_text_is_relayed_once_per_stream_interval_and_the_first_token_at_once(store, settings):
+    """60 decode steps of 10 ms: with a 200 ms interval their text reaches the log in a handful of
+    chunks, the first token alone; with no interval every step is a chunk of its own."""
+    text = "abcdefghij" * 6
+    chunk_counts = {}
+    for interval_ms in (200, 0):
+        job = queue_job(store, max_tokens=100)
+        job_runner, _ = make_runner(store, settings.model_copy(update={"stream_interval_ms": interval_ms}),
+                                    {job: text}, delay=0.01)
+        job_runner.run(job)
+        assert_whole_answer(store, job, text)
+        chunks = [d["text"] for e, d in events_of(store, job) if e == "chunk"]
+        assert chunks[0] in ("a", "ab")  # not held back for the interval
+        chunk_counts[interval_ms] = len(chunks)
+    assert 3 <= chunk_counts[200] <= 7
+    assert chunk_counts[0] >= 30

@@ -150,10 +150,12 @@ class JobRunner:
         run_timeout = record.get("run_timeout_s") or self.settings.run_timeout_s
         deadline = time.monotonic() + run_timeout if run_timeout else None
         next_poll = time.monotonic() + self.settings.cancel_poll_s
+        hold_until = 0.0  # the first text goes out at once; later text gathers for the interval
         while progress.finish is None:
-            self._collect(stream, progress)
+            self._collect(stream, progress, hold_until)
             if self._publish(job_id, attempt, progress):  # that write read the cancel flag
                 next_poll = time.monotonic() + self.settings.cancel_poll_s
+                hold_until = time.monotonic() + self.settings.stream_interval_ms / 1000
             elif time.monotonic() >= next_poll:  # no write lately (prefill, Redis away): look
                 next_poll = time.monotonic() + self.settings.cancel_poll_s
                 self._poll_cancel(job_id, progress)
@@ -200,10 +202,10 @@ class JobRunner:
         except redis.RedisError:
             pass  # Redis is away; look again next time
 
-    def _collect(self, stream: RequestStream, progress: _Progress) -> None:
-        """Wait for the next output, then take every other one already there (one Redis trip)."""
-        output = stream.get(timeout=self.settings.cancel_poll_s)
-        while output is not None:
+    def _collect(self, stream: RequestStream, progress: _Progress, hold_until: float) -> None:
+        """Take the outputs that came, waiting for one; before `hold_until` they gather in the
+        stream, so that one write relays them all (see `stream_interval_ms`)."""
+        for output in stream.take(self.settings.cancel_poll_s, hold_until):
             progress.pending += output.text
             progress.completion_tokens = output.completion_tokens
             progress.batch_size_max = max(progress.batch_size_max, output.batch_size)
@@ -212,7 +214,6 @@ class JobRunner:
             if output.finished:
                 progress.finish = output
                 return
-            output = stream.get(timeout=0)
 
     def _publish(self, job_id: str, attempt: int, progress: _Progress, raise_errors: bool = False) -> bool:
         """Write the pending text as one chunk; True once written (the write also reported whether
