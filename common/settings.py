@@ -85,9 +85,9 @@ class Settings(BaseSettings):
     vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     vllm_enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start, slower steps")
     vllm_cpu_reserved_cores: int = Field(
-        1, ge=0, description="on CPU, cores of the worker's CPU set that vLLM's compute threads leave "
+        0, ge=0, description="on CPU, cores of the worker's CPU set that vLLM's compute threads leave "
                              "to its scheduler, the job threads, the API and Redis (at least one core "
-                             "always computes)")
+                             "always computes); 0: vLLM computes on all of them")
     vllm_relay_nice: int = Field(
         10, ge=0, le=19, description="on CPU, the niceness the worker's own threads (the token relay to "
                                      "Redis) and, from ops/run.sh, the API take beside vLLM's engine "

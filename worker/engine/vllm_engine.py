@@ -74,9 +74,12 @@ def cpu_binding_env(cpus: set[int], reserved: int) -> dict[str, str]:
     """vLLM's CPU thread binding, taken from the worker's CPU set rather than the whole machine:
     its compute threads go to the compute cores (`worker.pinning.service_and_compute`), and the
     `reserved` service cores are left to everything else llmq runs beside the model: vLLM's own
-    scheduler process, which polls without sleeping while requests run, the worker's job threads
-    writing tokens to Redis, and on a small machine the API and Redis. With none reserved those
-    preempt the compute threads, whose lock-step matrix work then waits for the slowest one."""
+    scheduler process, the worker's job threads writing text to Redis, and on a small machine the
+    API and Redis. With none reserved those preempt the compute threads now and then, and the
+    lock-step matrix work waits for the slowest one; but on a 2-core worker a reserved core is half
+    the compute, and once the relay writes in bunches (`stream_interval_ms`) that costs far more
+    (Qwen2.5-0.5B size, 16 clients: 1.5x the tokens/s with both cores computing). So by default
+    nothing is reserved."""
     from worker.pinning import format_cpus, service_and_compute
 
     _, compute = service_and_compute(cpus, reserved)
@@ -85,10 +88,12 @@ def cpu_binding_env(cpus: set[int], reserved: int) -> dict[str, str]:
 
 
 def keep_off_the_compute_cores(reserved: int) -> None:
-    """Once vLLM runs on CPU: every thread of this process (the job threads and their Redis
-    writes, Celery's, the engine loop) moves to the service cores, off the compute cores where vLLM
-    bound its compute threads. Left to float, they land on the compute core whenever the service
-    core is busy, and each time they do, the model's step waits (about 4% of tokens/s on 2 cores).
+    """Once vLLM runs on CPU with cores reserved (`vllm_cpu_reserved_cores`): every thread of
+    this process (the job threads and their Redis writes, Celery's, the engine loop) moves to the
+    service cores, off the compute cores where vLLM bound its compute threads. Left to float,
+    they land on the compute core whenever the service core is busy, and each time they do, the
+    model's step waits (about 4% of tokens/s on 2 cores). With nothing reserved there is nowhere
+    else to go, and nothing moves.
 
     vLLM's own processes stay where vLLM put them, as under vLLM's own server: the compute process
     on the compute cores, the engine core free to run on any core of the worker. Between steps the
