@@ -2,8 +2,6 @@
 
 Real Redis; no worker is needed (jobs that pass validation just wait in the queue).
 """
-import json
-
 import pytest
 
 from api import create_app
