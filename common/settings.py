@@ -89,10 +89,10 @@ class Settings(BaseSettings):
                              "to its scheduler, the job threads, the API and Redis (at least one core "
                              "always computes); 0: vLLM computes on all of them")
     vllm_relay_nice: int = Field(
-        10, ge=0, le=19, description="on CPU, the niceness the worker's own threads (the token relay to "
-                                     "Redis) and, from ops/run.sh, the API take beside vLLM's engine "
-                                     "core, which is on the critical path of every decode step; 0: "
-                                     "equal priority")
+        0, ge=0, le=19, description="on CPU, the niceness the worker's own threads (the token relay to "
+                                    "Redis) and, from ops/run.sh, the API take beside vLLM; 10 pays "
+                                    "with a core reserved (vllm_cpu_reserved_cores), where the relay "
+                                    "shares it with vLLM's engine core; 0: equal priority")
     vllm_relay_delay_ms: float = Field(
         0.0, ge=0, le=20, description="on CPU, how long the worker holds each step's tokens before "
                                       "relaying them, so that vLLM's engine core schedules the next "

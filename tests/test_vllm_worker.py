@@ -29,10 +29,11 @@ SLOTS = 4  # the worker's batch: small, so that the fair-share test can fill it
 
 @pytest.fixture(scope="module")
 def vllm_stack(start_worker, model_ref):
-    # one core kept for everything but the model, so the test of that placement has two sides
+    # one core kept for everything but the model, with the relay below vLLM's priority: the
+    # placement and priority tests then have two sides
     settings = make_settings(engine="vllm", dtype="float32", kv_cache_mb=256, max_model_len=2048,
                              max_batch_size=SLOTS, vllm_enforce_eager=True, visibility_timeout_s=4,
-                             broker_restore_interval_s=1, vllm_cpu_reserved_cores=1)
+                             broker_restore_interval_s=1, vllm_cpu_reserved_cores=1, vllm_relay_nice=10)
     worker = start_worker(settings, wait=False)
     worker.wait_ready(timeout=400)  # vLLM's start-up, on a shared 2-core machine
     server = LiveServer(create_app(settings))
