@@ -16,58 +16,46 @@ def output(text: str, finished: bool = False) -> RequestOutput:
                          finish_reason="stop" if finished else None)
 
 
-def put_later(stream: RequestStream, items: list[tuple[float, RequestOutput]]) -> threading.Thread:
-    """Put each output at its offset (seconds from now), from another thread, as the loop does."""
-    def run():
-        start = time.monotonic()
+def take_while_putting(items: list[tuple[float, RequestOutput]], hold_s: float = 0.0):
+    """Put each output at its offset (seconds from now) from another thread, as the loop does,
+    while this one takes from the stream, held `hold_s` seconds from now (not held if 0).
+    Returns what was taken and how long the take waited."""
+    stream = RequestStream("r")
+    start = time.monotonic()
+
+    def put_all():
         for at, item in items:
             time.sleep(max(0.0, start + at - time.monotonic()))
             stream.put(item)
-    thread = threading.Thread(target=run)
-    thread.start()
-    return thread
+    putter = threading.Thread(target=put_all)
+    putter.start()
+    taken = stream.take(timeout=5, hold_until=start + hold_s if hold_s else 0.0)
+    waited = time.monotonic() - start
+    putter.join()
+    return taken, waited
 
 
 def test_without_a_hold_the_first_output_is_taken_as_soon_as_it_comes():
-    stream = RequestStream("r")
-    putter = put_later(stream, [(0.05, output("a")), (0.5, output("b"))])
-    start = time.monotonic()
-    taken = stream.take(timeout=5)
-    waited = time.monotonic() - start
-    putter.join()
+    taken, waited = take_while_putting([(0.05, output("a")), (0.5, output("b"))])
     assert [o.text for o in taken] == ["a"]
     assert 0.03 < waited < 0.4
 
 
 def test_outputs_gather_until_the_hold_ends_and_are_taken_together():
-    stream = RequestStream("r")
-    start = time.monotonic()
-    putter = put_later(stream, [(0.02, output("a")), (0.06, output("b")), (0.1, output("c"))])
-    taken = stream.take(timeout=5, hold_until=start + 0.3)
-    waited = time.monotonic() - start
-    putter.join()
+    taken, waited = take_while_putting([(0.02, output("a")), (0.06, output("b")), (0.1, output("c"))],
+                                       hold_s=0.3)
     assert [o.text for o in taken] == ["a", "b", "c"]
     assert 0.28 < waited < 1.0  # not woken by each output, nor kept past the hold
 
 
 def test_the_end_of_a_request_is_taken_at_once_whatever_the_hold():
-    stream = RequestStream("r")
-    start = time.monotonic()
-    putter = put_later(stream, [(0.02, output("a")), (0.05, output("b", finished=True))])
-    taken = stream.take(timeout=5, hold_until=start + 3)
-    waited = time.monotonic() - start
-    putter.join()
+    taken, waited = take_while_putting([(0.02, output("a")), (0.05, output("b", finished=True))], hold_s=3)
     assert [(o.text, o.finished) for o in taken] == [("a", False), ("b", True)]
     assert waited < 1.0
 
 
 def test_an_output_after_the_hold_wakes_the_reader_at_once():
-    stream = RequestStream("r")
-    start = time.monotonic()
-    putter = put_later(stream, [(0.3, output("late"))])
-    taken = stream.take(timeout=5, hold_until=start + 0.05)
-    waited = time.monotonic() - start
-    putter.join()
+    taken, waited = take_while_putting([(0.3, output("late"))], hold_s=0.05)
     assert [o.text for o in taken] == ["late"]
     assert 0.28 < waited < 0.7
 

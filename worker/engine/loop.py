@@ -55,13 +55,14 @@ class RequestStream:
         end = time.monotonic() + timeout
         with self._ready:
             self._wake_from = hold_until
-            while not (self._outputs and (self._outputs[-1].finished or time.monotonic() >= hold_until)):
-                now = time.monotonic()
-                if now >= end:
-                    self._wake_from = 0.0
-                    return []
-                self._ready.wait((min(end, hold_until) if hold_until > now else end) - now)
-            self._wake_from = 0.0
+            try:
+                while not (self._outputs and (self._outputs[-1].finished or time.monotonic() >= hold_until)):
+                    now = time.monotonic()
+                    if now >= end:
+                        return []
+                    self._ready.wait((min(end, hold_until) if hold_until > now else end) - now)
+            finally:
+                self._wake_from = 0.0
             taken = list(self._outputs)
             self._outputs.clear()
             return taken

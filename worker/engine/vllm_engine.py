@@ -78,7 +78,7 @@ def cpu_binding_env(cpus: set[int], reserved: int) -> dict[str, str]:
     API and Redis. With none reserved those preempt the compute threads now and then, and the
     lock-step matrix work waits for the slowest one; but on a 2-core worker a reserved core is half
     the compute, and once the relay writes in bunches (`stream_interval_ms`) that costs far more
-    (Qwen2.5-0.5B size, 16 clients: 1.5x the tokens/s with both cores computing). So by default
+    (Qwen2.5-0.5B size, 16 clients: 1.4x the tokens/s with both cores computing). So by default
     nothing is reserved."""
     from worker.pinning import format_cpus, service_and_compute
 
