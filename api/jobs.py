@@ -9,7 +9,7 @@ from api.auth import may_access
 from api.errors import ApiError
 from api.eta import queue_eta
 from api.services import services
-from api.sse import job_event_stream, sse_response
+from api.sse import job_event_stream, sse_response, stream_id
 from api.submit import submit_job
 from api.views import job_view
 from common.jobs import is_overdue
@@ -74,6 +74,12 @@ def _full_view(record: dict) -> dict:
 def job_events(job_id: str):
     _record_or_404(job_id)
     last_event_id = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
+    if last_event_id:
+        try:
+            stream_id(last_event_id)
+        except ValueError:
+            raise ApiError(400, "invalid_last_event_id", f"Last-Event-ID {last_event_id!r} is not an "
+                           "event id of this stream (they look like 1733356800000-0)") from None
     return sse_response(job_event_stream(services(), job_id, last_event_id))
 
 

@@ -1,7 +1,9 @@
 """Server-Sent Events relay of a job's token log.
 
-The Redis Stream is the source of truth; pub/sub only wakes the relay (through the process's one
-listener, `api/wakeups.py`). The relay follows the job first, then reads the stream after the
+The Redis Stream is the source of truth; pub/sub wakes the relay (through the process's one
+listener, `api/wakeups.py`) and carries each chunk a worker logs, with the id of the entry before
+it, so a relay that has every entry up to that one sends the chunk as heard and reads the stream
+only for what it did not hear. The relay follows the job first, then reads the stream after the
 client's last id, so a chunk written between the two is still read: late subscribers and
 reconnecting clients (`Last-Event-ID`) lose nothing.
 
@@ -15,17 +17,19 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
+import re
 from collections.abc import Iterator
 
 import redis
 from flask import Response, stream_with_context
 
 from api.services import Services
+from api.wakeups import JobFollower
 from common.jobs import done_payload, is_overdue
 from common.schemas import JobStatus
 
 log = logging.getLogger(__name__)
+_STREAM_ID = re.compile(r"\d+(-\d+)?")
 
 
 def format_event(event_id: str | None, event: str, data: dict) -> str:
@@ -44,10 +48,10 @@ def job_event_stream(svc: Services, job_id: str, last_event_id: str | None) -> I
         log.warning("SSE relay for job %s ends: Redis unavailable (%s)", job_id, exc)
 
 
-def _relay(svc: Services, job_id: str, last: str, woken: threading.Event) -> Iterator[tuple[str | None, str, dict]]:
+def _relay(svc: Services, job_id: str, last: str, woken: JobFollower) -> Iterator[tuple[str | None, str, dict]]:
     while True:
         woken.clear()  # before the read: a chunk logged after it sets it again
-        for entry_id, event, data in _last_attempt(svc.store.read_events(job_id, last)):
+        for entry_id, event, data in _new_entries(svc, job_id, last, woken):
             last = entry_id
             yield entry_id, event, data
             if event == "done":
@@ -64,6 +68,38 @@ def _relay(svc: Services, job_id: str, last: str, woken: threading.Event) -> Ite
             yield None, "done", done_payload(record or {"status": "expired"})
             return
         yield None, "heartbeat", {}
+
+
+def _new_entries(svc: Services, job_id: str, last: str, woken: JobFollower) -> list[tuple[str, str, dict]]:
+    """The log's entries after `last`: the ones heard with their content as they are, each one
+    that follows the entry before it; the stream is read for the rest (see `JobFollower`)."""
+    read_log, heard = woken.take()
+    entries = svc.store.read_events(job_id, last) if read_log else []
+    last = entries[-1][0] if entries else last
+    for entry in heard:
+        if not is_later(entry.entry_id, last):
+            continue  # read above already
+        if entry.prev_id != last:  # one was not heard: the stream has it, and this one too
+            more = svc.store.read_events(job_id, last)
+            entries += more
+            last = more[-1][0] if more else last
+            continue
+        entries.append((entry.entry_id, entry.event, json.loads(entry.data)))
+        last = entry.entry_id
+    return _last_attempt(entries)
+
+
+def stream_id(text: str) -> tuple[int, int]:
+    """A Redis Stream id ("1700000000000-3", or a bare time) as a comparable pair; ValueError if
+    it is none."""
+    if not _STREAM_ID.fullmatch(text):
+        raise ValueError(f"not a stream id: {text!r}")
+    ms, _, seq = text.partition("-")
+    return int(ms), int(seq or 0)
+
+
+def is_later(entry_id: str, last: str) -> bool:
+    return stream_id(entry_id) > stream_id(last)
 
 
 def _last_attempt(events: list[tuple[str, str, dict]]) -> list[tuple[str, str, dict]]:

@@ -45,10 +45,14 @@ local function hand_over_inflight(job_key, job_id, inflight_prefix, heir)
   end
 end
 
+-- Log an event and announce it with its content ("<previous id> <id> <event> <data>", see
+-- common/keys.py), so SSE relays need not read it back; the previous id lets them see a gap.
 local function log_event(job_key, maxlen, ttl, event, data)
-  redis.call('XADD', job_key .. ':events', 'MAXLEN', '~', maxlen, '*', 'event', event, 'data', data)
-  redis.call('EXPIRE', job_key .. ':events', ttl)
-  redis.call('PUBLISH', job_key .. ':wake', event)
+  local stream = job_key .. ':events'
+  local newest = redis.call('XREVRANGE', stream, '+', '-', 'COUNT', 1)[1]
+  local id = redis.call('XADD', stream, 'MAXLEN', '~', maxlen, '*', 'event', event, 'data', data)
+  redis.call('EXPIRE', stream, ttl)
+  redis.call('PUBLISH', job_key .. ':wake', (newest and newest[1] or '0') .. ' ' .. id .. ' ' .. event .. ' ' .. data)
 end
 
 -- Followers of job_key that still wait for the shared generation (queued or running).

@@ -27,7 +27,9 @@ class Keys:
         return f"{self.ns}:job:{job_id}:events"
 
     def channel(self, job_id: str) -> str:
-        """Pub/sub channel that wakes SSE relays when the job's stream grows."""
+        """Pub/sub channel that wakes SSE relays when the job's stream grows. An entry logged by
+        a worker is announced with its content, "<previous entry id> <entry id> <event> <data>"
+        (the relay then need not read it back); any other message only says: read the log."""
         return f"{self.ns}:job:{job_id}:wake"
 
     def cache(self, digest: str) -> str:

@@ -145,3 +145,15 @@ def test_a_valid_job_is_accepted_with_location(api):
     assert resp.headers["Location"] == f"/v1/jobs/{job['id']}" == job["links"]["self"]
     assert job["usage"]["prompt_tokens"] > 0 and job["status"] == "queued"
     api.delete(f"/v1/jobs/{job['id']}")
+
+
+def test_a_malformed_last_event_id_is_400_and_a_good_one_is_taken(api):
+    store = api.application.extensions["llmq"].store
+    store.create_finished("finished-job", {"id": "finished-job", "status": "succeeded", "model": "m",
+                                           "created_at": 1.0, "text": "hi"})
+    for bad in ("abc", "1-2-3", "-5"):
+        error = assert_error(api.get("/v1/jobs/finished-job/events", headers={"Last-Event-ID": bad}), 400,
+                             "invalid_last_event_id")
+        assert bad in error["message"]
+    assert_error(api.get("/v1/jobs/finished-job/events?last_event_id=x"), 400, "invalid_last_event_id")
+    assert api.get("/v1/jobs/finished-job/events", headers={"Last-Event-ID": "1733356800000-0"}).status_code == 200
