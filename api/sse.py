@@ -75,17 +75,13 @@ def _new_entries(svc: Services, job_id: str, last: str, woken: JobFollower) -> l
     that follows the entry before it; the stream is read for the rest (see `JobFollower`)."""
     read_log, heard = woken.take()
     entries = svc.store.read_events(job_id, last) if read_log else []
-    last = entries[-1][0] if entries else last
     for entry in heard:
-        if not is_later(entry.entry_id, last):
-            continue  # read above already
-        if entry.prev_id != last:  # one was not heard: the stream has it, and this one too
-            more = svc.store.read_events(job_id, last)
-            entries += more
-            last = more[-1][0] if more else last
-            continue
-        entries.append((entry.entry_id, entry.event, json.loads(entry.data)))
-        last = entry.entry_id
+        last = entries[-1][0] if entries else last
+        if entry.prev_id == last:
+            entries.append((entry.entry_id, entry.event, json.loads(entry.data)))
+        elif is_later(entry.entry_id, last):  # one before it was not heard: the stream has both
+            entries += svc.store.read_events(job_id, last)
+        # otherwise it was read already
     return _last_attempt(entries)
 
 

@@ -1,8 +1,9 @@
 """Job records, token logs and the result cache in Redis.
 
 A job is a Redis hash; its token log is a Redis Stream (replayable, `Last-Event-ID` friendly) and
-every append also PUBLISHes a wake-up on the job's channel (a chunk with its content). State changes that race (start,
-cancel, finish, expiry) are single Lua scripts, so a job is never half-written or finished twice.
+every append also PUBLISHes a wake-up on the job's channel (a chunk with its content). State
+changes that race (start, cancel, finish, expiry) are single Lua scripts, so a job is never
+half-written or finished twice.
 
 Redelivery: each claim of a job is an attempt, numbered in the record. A worker writes
 chunks and the end of its attempt only while that attempt still owns the job (the number is the
