@@ -12,6 +12,13 @@ class Decoder(Protocol):
     def decode(self, ids: list[int], skip_special_tokens: bool = ...) -> str: ...
 
 
+def load_tokenizer(model_dir) -> Decoder:
+    """The model folder's Hugging Face tokenizer: the one every engine detokenizes with."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir))
+
+
 class IncrementalDetokenizer:
     def __init__(self, tokenizer: Decoder, stop: tuple[str, ...] = ()):
         self.tokenizer = tokenizer

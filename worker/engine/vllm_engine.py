@@ -17,23 +17,16 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
 from typing import Any
 
-from worker.engine.detokenizer import Decoder, IncrementalDetokenizer
+from worker.engine.detokenizer import Decoder, load_tokenizer
 from worker.engine.engine import EngineStats
 from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
+from worker.engine.tracked import TrackedRequests
 
 log = logging.getLogger(__name__)
 
 _REASONS = {"stop": "stop", "length": "length", "abort": "cancelled"}
-
-
-@dataclass
-class _Tracked:
-    request: EngineRequest
-    detok: IncrementalDetokenizer
-    seen: int = 0  # output token ids received so far
 
 
 def vllm_sampling_params(sampling: Sampling) -> Any:
@@ -199,12 +192,6 @@ def describe_core(core: Any) -> dict[str, Any]:
             "kv_capacity_tokens": blocks * cache.block_size, "prefix_caching": bool(cache.enable_prefix_caching)}
 
 
-def load_tokenizer(model_path: str) -> Decoder:
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(model_path))
-
-
 class VLLMEngine:
     """Same interface as `worker.engine.engine.LLMEngine`, backed by vLLM."""
 
@@ -222,23 +209,19 @@ class VLLMEngine:
         self.sampling_params = sampling_params
         self.stats = EngineStats()
         self.relay_delay_s = relay_delay_s(settings)
-        self._tracked: dict[str, _Tracked] = {}
+        self._tracked = TrackedRequests(self.tokenizer, self.stats)
         self._cancelled: list[str] = []
         self._outputs_queue = None  # vLLM's queue of engine-core outputs, once `on_ready` found it
 
     # --- requests -------------------------------------------------------------------------
     def add_request(self, request: EngineRequest) -> None:
-        if request.request_id in self._tracked:
-            raise ValueError(f"request {request.request_id} is already in the engine")
-        if not request.prompt_token_ids:
-            raise ValueError("empty prompt")
+        self._tracked.check_new(request)
         try:
             self.core.add_request(request.request_id, {"prompt_token_ids": list(request.prompt_token_ids)},
                                   self.sampling_params(request.sampling))
         except Exception as exc:  # vLLM refused this request (e.g. too long): fail it alone
             raise ValueError(f"vLLM rejected the request: {exc}") from exc
-        self._tracked[request.request_id] = _Tracked(
-            request, IncrementalDetokenizer(self.tokenizer, request.sampling.stop))
+        self._tracked.add(request)
 
     def abort_request(self, request_id: str) -> None:
         """Remove it from vLLM now; the next `step` reports it finished with reason 'cancelled'."""
@@ -281,7 +264,7 @@ class VLLMEngine:
 
     # --- the step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        outputs = [self._finish(rid, "", [], "cancelled") for rid in dict.fromkeys(self._cancelled)
+        outputs = [self._tracked.finish(rid, "cancelled") for rid in dict.fromkeys(self._cancelled)
                    if rid in self._tracked]
         self._cancelled.clear()
         if not self._tracked or self._step_running():
@@ -295,49 +278,23 @@ class VLLMEngine:
         if results:
             if self.relay_delay_s:
                 time.sleep(self.relay_delay_s)  # the engine core's turn first: see `relay_delay_s`
-            self._record(len(results), prefill=any(not self._tracked[r.request_id].seen for r in results))
+            self._record(len(results), prefill=any(self._tracked.is_new(r.request_id) for r in results))
         for result in results:
             outputs.append(self._advance(result))
         return outputs
 
     def _advance(self, result: Any) -> RequestOutput:
-        tracked = self._tracked[result.request_id]
-        completion = result.outputs[0]
-        new_ids = list(completion.token_ids)  # this step's tokens only (RequestOutputKind.DELTA)
-        tracked.seen += len(new_ids)
-        self.stats.tokens_generated += len(new_ids)
-        text = ""
-        for token in new_ids:
-            text += tracked.detok.add(token)
-            if tracked.detok.stopped:  # nothing after a stop string counts, even in this step
-                break
-        if tracked.detok.stopped:
+        completion = result.outputs[0]  # this step's tokens only (RequestOutputKind.DELTA)
+        reason = _REASONS.get(completion.finish_reason or "stop", "stop") if result.finished else None
+        out = self._tracked.advance(result.request_id, list(completion.token_ids), reason)
+        if out.finished and reason is None:  # a stop string: vLLM would go on without us
             self.core.abort_request([result.request_id])
-            return self._finish(result.request_id, text, new_ids, "stop")
-        if result.finished:
-            reason = _REASONS.get(completion.finish_reason or "stop", "stop")
-            return self._finish(result.request_id, text + tracked.detok.flush(), new_ids, reason)
-        return self._output(tracked, text, new_ids, None)
+        return out
 
     def fail_all(self, message: str) -> list[RequestOutput]:
-        outputs = []
-        for request_id in list(self._tracked):
-            self.core.abort_request([request_id])
-            out = self._finish(request_id, "", [], "error")
-            out.error = message
-            outputs.append(out)
-        return outputs
-
-    def _finish(self, request_id: str, text: str, new_ids: list[int], reason: str) -> RequestOutput:
-        tracked = self._tracked.pop(request_id)
-        return self._output(tracked, text, new_ids, reason)
-
-    def _output(self, tracked: _Tracked, text: str, new_ids: list[int], reason: str | None) -> RequestOutput:
-        return RequestOutput(
-            request_id=tracked.request.request_id, text=text, new_token_ids=new_ids,
-            finished=reason is not None, finish_reason=reason,
-            prompt_tokens=len(tracked.request.prompt_token_ids), completion_tokens=tracked.seen,
-            batch_size=self.stats.last_batch_size)
+        if len(self._tracked):
+            self.core.abort_request(self._tracked.ids())
+        return self._tracked.fail_all(message)
 
     def _record(self, batch_size: int, prefill: bool) -> None:
         """vLLM does not report its batch; the requests that advanced this step stand for it."""
