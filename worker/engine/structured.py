@@ -11,13 +11,57 @@ choose whitespace can emit it forever, and then the JSON never ends.
 from __future__ import annotations
 
 import json
+import re
 
 import torch
 import xgrammar as xgr
 
 from worker.engine.sequence import ResponseFormat
 
-_ANY_OBJECT = json.dumps({"type": "object"})
+ANY_OBJECT = json.dumps({"type": "object"})
+
+
+def json_grammar(fmt: ResponseFormat) -> xgr.Grammar:
+    """The grammar of the JSON a request asks for, the same for every engine (the OpenVINO engine
+    hands it over as EBNF text); ValueError if the schema cannot become a grammar."""
+    try:
+        if fmt.kind == "json_object":
+            return xgr.Grammar.from_json_schema(ANY_OBJECT, any_whitespace=False, strict_mode=False)
+        if fmt.kind == "json_schema" and fmt.schema:
+            return xgr.Grammar.from_json_schema(fmt.schema, any_whitespace=False)
+    except Exception as exc:  # xgrammar raises RuntimeError/ValueError subclasses for bad schemas
+        raise ValueError(f"response_format: this schema cannot be enforced: {exc}") from exc
+    raise ValueError(f"response_format: unknown kind {fmt.kind!r}")
+
+
+_UNBOUNDED = re.compile(r"\{(\d+), -1\}")
+
+
+def json_grammar_ebnf(fmt: ResponseFormat) -> str:
+    """`json_grammar` as EBNF text, for an engine with an xgrammar of its own (OpenVINO's).
+
+    xgrammar 0.2 prints an unbounded repetition as `x{1, -1}`, which the parser of the xgrammar
+    inside openvino-genai 2026.4 refuses; `x{1,}` means the same to both. Only the grammar's
+    operators are rewritten: string literals and character classes are copied as they are."""
+    text = str(json_grammar(fmt))
+    out, i = [], 0
+    while i < len(text):
+        if text[i] in "\"[":  # a literal or a class: copy it whole, escapes included
+            close = '"' if text[i] == '"' else "]"
+            j = i + 1
+            while text[j] != close:
+                j += 2 if text[j] == "\\" else 1
+            out.append(text[i:j + 1])
+            i = j + 1
+            continue
+        match = _UNBOUNDED.match(text, i)
+        if match:
+            out.append(f"{{{match.group(1)},}}")
+            i = match.end()
+        else:
+            out.append(text[i])
+            i += 1
+    return "".join(out)
 
 
 class StructuredOutput:
@@ -39,15 +83,7 @@ class StructuredOutput:
         return xgr.GrammarMatcher(self.compile(fmt))
 
     def compile(self, fmt: ResponseFormat) -> xgr.CompiledGrammar:
-        try:
-            if fmt.kind == "json_object":
-                return self.compiler.compile_json_schema(_ANY_OBJECT, any_whitespace=False,
-                                                         strict_mode=False)
-            if fmt.kind == "json_schema" and fmt.schema:
-                return self.compiler.compile_json_schema(fmt.schema, any_whitespace=False)
-        except Exception as exc:  # xgrammar raises RuntimeError/ValueError subclasses for bad schemas
-            raise ValueError(f"response_format: this schema cannot be enforced: {exc}") from exc
-        raise ValueError(f"response_format: unknown kind {fmt.kind!r}")
+        return self.compiler.compile_grammar(json_grammar(fmt))
 
     def mask(self, logits: torch.Tensor, matchers: list[xgr.GrammarMatcher | None]) -> None:
         """Set to -inf, in place, every token the row's matcher forbids (rows without one: as is)."""

@@ -1,0 +1,74 @@
+"""A real worker on the OpenVINO engine (the CPU default), end to end: what it reports, an OpenAI
+stream with a json_schema, and kill -9 (its core process goes too, and the job is redelivered).
+The rest of the end-to-end suite (SSE resume, cancel, coalescing...) runs on this engine too,
+since it is the default wherever openvino-genai is installed."""
+from __future__ import annotations
+
+import json
+import time
+
+import psutil
+import pytest
+import requests
+
+from api import create_app
+from tests.conftest import LiveServer, make_settings, wait_for_job
+from tests.test_e2e import submit
+
+pytest.importorskip("openvino_genai", reason="the OpenVINO engine is not installed")
+pytestmark = pytest.mark.slow
+
+COUNTING = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "max_tokens": 400, "temperature": 0, "cache": False}
+
+
+@pytest.fixture(scope="module")
+def ov_stack(start_worker):
+    settings = make_settings(engine="auto", max_batch_size=4, kv_cache_mb=256, visibility_timeout_s=4,
+                             broker_restore_interval_s=1)
+    worker = start_worker(settings)
+    server = LiveServer(create_app(settings))
+    yield settings, worker, server.url
+    server.stop()
+
+
+def test_auto_picks_openvino_on_a_cpu_and_health_says_so(ov_stack):
+    _, worker, url = ov_stack
+    (info,) = requests.get(f"{url}/health", timeout=10).json()["workers_detail"]
+    assert info["engine"] == "openvino" and info["weights"] == "int8" and info["pid"] == worker.proc.pid
+    assert info["kv_capacity_tokens"] > 1000 and info["prefix_caching"] is True
+    assert info["dtype"] in ("bfloat16", "float32", "float16")
+
+
+def test_openai_stream_with_a_json_schema_parses(ov_stack):
+    from openai import OpenAI
+
+    _, _, url = ov_stack
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused")
+    schema = {"type": "object", "properties": {"city": {"type": "string"}, "country": {"type": "string"}},
+              "required": ["city", "country"], "additionalProperties": False}
+    stream = client.chat.completions.create(
+        model="SmolLM2-135M-Instruct", stream=True, max_tokens=80, temperature=0,
+        messages=[{"role": "user", "content": "Name a famous city and its country."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "place", "schema": schema}})
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert chunks[-1].choices[0].finish_reason == "stop", text
+    assert set(json.loads(text)) == {"city", "country"}
+
+
+def test_kill_9_leaves_no_core_process_and_the_job_is_redelivered(ov_stack, start_worker):
+    settings, worker, url = ov_stack
+    children = psutil.Process(worker.proc.pid).children(recursive=True)
+    assert any("spawn_main" in " ".join(c.cmdline()) for c in children), "the pipeline runs in a child process"
+    job = submit(url, **COUNTING)
+    deadline = time.monotonic() + 120
+    while requests.get(f"{url}/v1/jobs/{job['id']}", timeout=10).json()["text"] == "":
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.1)
+    worker.kill()
+    gone, alive = psutil.wait_procs(children, timeout=20)
+    assert not alive, f"engine processes outlived their worker: {alive}"
+
+    start_worker(settings)  # the next worker takes the job over
+    final = wait_for_job(url, job["id"], timeout=300)
+    assert final["status"] == "succeeded" and final["attempts"] == 2, final

@@ -1,0 +1,116 @@
+"""OpenVINO GenAI's pipeline in a process of its own: the engine core of the OpenVINO engine.
+
+openvino-genai's Python binding holds the GIL for the whole of `ContinuousBatchingPipeline.step()`,
+so in the worker's process every job thread (the text relay to Redis, Celery's threads) would wait
+for each step to end. Here the pipeline steps in a child process, as vLLM's engine core does: the
+worker sends it requests and cancels over a pipe, and it sends back each step's new token ids, and
+steps again at once while it has work. Only token ids cross; text is made in the worker.
+
+Messages to the core: ("add", request_id, prompt_ids, sampling), ("cancel", request_id), ("stop",).
+From it: ("ready", info) once, then ("step", [(request_id, new_ids, reason)], ignored_ids) per step,
+("refused", request_id, message) for a request it could not take, ("failed", message) when a step
+raised. `reason` is None while a request runs, else "stop" or "length".
+"""
+from __future__ import annotations
+
+import logging
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+
+def run_core(source: Path, model_dir: Path, settings, conn: Connection) -> None:
+    """The child's main loop (target of a spawned process; ends when the pipe closes)."""
+    try:
+        from worker.engine.openvino_engine import build_pipeline, eos_token_ids
+
+        pipeline, info = build_pipeline(source, model_dir, settings)
+    except Exception as exc:  # unreadable model, missing package: the parent falls back
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+        return
+    conn.send(("ready", info))
+    core = _Core(pipeline, eos_token_ids(model_dir), conn)
+    try:
+        core.serve()
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        pass  # the worker closed the pipe or is gone: nothing left to serve
+
+
+class _Core:
+    def __init__(self, pipeline: Any, stop_token_ids: set[int], conn: Connection):
+        self.pipeline = pipeline
+        self.stop_token_ids = stop_token_ids
+        self.conn = conn
+        self.handles: dict[str, Any] = {}
+        self._next_id = 0  # OpenVINO's request ids are integers
+
+    def serve(self) -> None:
+        while True:
+            if not self.handles:
+                self.conn.poll(None)  # idle: sleep until the worker sends something
+            while self.conn.poll():
+                message = self.conn.recv()
+                if message[0] == "stop":
+                    return
+                self._command(*message)
+            if self.handles:
+                self._step()
+
+    def _command(self, kind: str, request_id: str, *args) -> None:
+        if kind == "cancel":
+            handle = self.handles.pop(request_id, None)
+            if handle is not None:
+                handle.cancel()
+            return
+        import numpy as np
+        import openvino as ov
+
+        from worker.engine.openvino_engine import generation_config
+
+        prompt_ids, sampling = args
+        try:
+            config = generation_config(sampling, self.stop_token_ids)
+            ids = ov.Tensor(np.asarray([prompt_ids], dtype=np.int64))
+            self.handles[request_id] = self.pipeline.add_request(self._next_id, ids, config)
+            self._next_id += 1
+        except Exception as exc:  # this request only
+            self.conn.send(("refused", request_id, f"OpenVINO rejected the request: {exc}"))
+
+    def _step(self) -> None:
+        import openvino_genai as ov
+
+        try:
+            self.pipeline.step()
+        except Exception as exc:  # engine-level: every request in flight ends
+            log.exception("OpenVINO step failed")
+            for handle in self.handles.values():
+                handle.cancel()
+            self.handles.clear()
+            self.conn.send(("failed", f"engine error: {exc}"))
+            return
+        results, ignored = [], []
+        for request_id, handle in list(self.handles.items()):
+            if handle.can_read():
+                new_ids, reason = _read(handle, ov)
+                results.append((request_id, new_ids, reason))
+                if reason is not None:
+                    del self.handles[request_id]
+            elif handle.get_status() == ov.GenerationStatus.IGNORED:  # never fits the KV cache
+                ignored.append(request_id)
+                del self.handles[request_id]
+        if results or ignored:
+            self.conn.send(("step", results, ignored))
+
+
+def _read(handle: Any, ov) -> tuple[list[int], str | None]:
+    new_ids: list[int] = []
+    reason = None
+    for output in handle.read().values():  # one sequence per request (no beams)
+        new_ids += output.generated_ids
+        if output.finish_reason == ov.GenerationFinishReason.LENGTH:
+            reason = "length"
+        elif output.finish_reason != ov.GenerationFinishReason.NONE:
+            reason = "stop"
+    return new_ids, reason

@@ -1,0 +1,286 @@
+"""OpenVINO GenAI's continuous-batching pipeline behind llmq's engine interface: the CPU default.
+
+`ContinuousBatchingPipeline` schedules, batches (prefill chunked into the running decode steps),
+keeps a paged KV cache with prefix reuse and samples, all in C++ that reads int8/int4 weights; on a
+CPU that is what decode speed comes down to. This adapter hands it llmq's prompt token ids and
+sampling, reads each request's new token ids after every `step()`, and turns them into text with
+llmq's own detokenizer (`tracked.TrackedRequests`), so every engine answers alike.
+
+`openvino_genai` is imported only when an engine is built, never at module import.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import queue
+import random
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from worker.engine import child_hygiene
+from worker.engine.detokenizer import Decoder, load_tokenizer
+from worker.engine.engine import EngineStats
+from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
+from worker.engine.tracked import TrackedRequests
+
+log = logging.getLogger(__name__)
+
+BLOCK_TOKENS = 32  # tokens per KV block of OpenVINO's CPU plugin
+# Set at interpreter exit, before multiprocessing ends its children (atexit runs last-registered
+# first, and child_hygiene imported multiprocessing above): a core ended that way is no crash.
+_EXITING = threading.Event()
+atexit.register(_EXITING.set)
+_PRECISIONS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+
+def kv_block_bytes(model_dir: Path, kv_precision: str) -> int:
+    """Bytes of one KV block of this model: keys and values of every layer and KV head."""
+    config = json.loads((Path(model_dir) / "config.json").read_text())
+    head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
+    kv_heads = config.get("num_key_value_heads") or config["num_attention_heads"]
+    element = {"f32": 4, "bf16": 2, "f16": 2}[kv_precision]
+    return config["num_hidden_layers"] * kv_heads * 2 * head_dim * element * BLOCK_TOKENS
+
+
+def eos_token_ids(model_dir: Path) -> set[int]:
+    """The ids that end generation, as the HF engine reads them (generation_config.json, else
+    config.json), so every engine stops on the same tokens."""
+    ids: set[int] = set()
+    for name in ("generation_config.json", "config.json"):
+        path = Path(model_dir) / name
+        if path.exists():
+            value = json.loads(path.read_text()).get("eos_token_id")
+            ids |= set(value if isinstance(value, list) else [value]) - {None}
+            if ids:
+                return ids
+    return ids
+
+
+def plugin_properties(dtype: str, cpus: int) -> dict[str, Any]:
+    """The CPU plugin's settings: one thread per core of the worker's CPU set, and llmq's dtype as
+    the precision of both the compute and the KV cache ('auto': bf16 where the CPU has native
+    BF16, else f32, as llmq's auto). The plugin's own KV default, u8, is a few per cent faster,
+    but a quantized cache made a seeded (or greedy) request's answer depend on what else was in
+    the batch: the same request twice gave two answers (docs/engines.md). float32 also keeps the
+    activations in f32 (the plugin quantizes them to int8 for int8/int4 weights), for results that
+    must match a float reference."""
+    precision = _PRECISIONS.get(dtype) or default_precision()
+    props: dict[str, Any] = {"INFERENCE_NUM_THREADS": cpus, "INFERENCE_PRECISION_HINT": precision,
+                             "KV_CACHE_PRECISION": precision}
+    if dtype == "float32":
+        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
+    return props
+
+
+def default_precision() -> str:
+    """The CPU plugin's compute precision on this CPU: 'bf16' where native, else 'f32'."""
+    import openvino as ov
+
+    return ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
+
+
+def compute_dtype(props: dict[str, Any]) -> str:
+    """The precision the plugin computes in, in llmq's words."""
+    precision = props["INFERENCE_PRECISION_HINT"]
+    return {short: name for name, short in _PRECISIONS.items()}.get(precision, precision)
+
+
+def generation_config(sampling: Sampling, stop_token_ids: set[int]) -> Any:
+    """llmq's `Sampling` as OpenVINO's `GenerationConfig`. Stop strings are applied by llmq (see
+    `tracked`); a request without a seed gets a random one, since OpenVINO's default seed would
+    make every unseeded sampled request alike."""
+    import openvino_genai as ov
+
+    from worker.engine.structured import json_grammar_ebnf
+
+    config = ov.GenerationConfig()
+    config.max_new_tokens = sampling.max_tokens
+    config.stop_token_ids = set(stop_token_ids)
+    config.presence_penalty = sampling.presence_penalty
+    config.frequency_penalty = sampling.frequency_penalty
+    if sampling.temperature > 0:
+        config.do_sample = True
+        config.temperature = sampling.temperature
+        config.top_p = sampling.top_p
+        if sampling.top_k > 0:
+            config.top_k = sampling.top_k
+        config.rng_seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
+    else:
+        config.do_sample = False
+    if sampling.response_format is not None:  # the HF engine's grammar: compact JSON, no free whitespace
+        config.structured_output_config = ov.StructuredOutputConfig(
+            grammar=json_grammar_ebnf(sampling.response_format))
+    return config
+
+
+def build_pipeline(source: Path, model_dir: Path, settings) -> tuple[Any, dict[str, Any]]:
+    """The pipeline on `source` (a GGUF file or an IR folder), sized by llmq's settings, and what
+    the heartbeat says of it. `model_dir` is the model's Hugging Face folder (its config sizes
+    the KV cache)."""
+    import openvino_genai as ov
+
+    cpus = len(os.sched_getaffinity(0))
+    props = plugin_properties(settings.dtype, cpus)
+    block_bytes = kv_block_bytes(model_dir, props["KV_CACHE_PRECISION"])
+    scheduler = ov.SchedulerConfig()
+    scheduler.num_kv_blocks = max(1, settings.kv_cache_mb * 2**20 // block_bytes)
+    scheduler.max_num_seqs = settings.max_batch_size
+    scheduler.max_num_batched_tokens = max(settings.max_prefill_tokens, settings.max_batch_size)
+    scheduler.dynamic_split_fuse = True  # long prompts are prefilled in chunks beside running decodes
+    scheduler.enable_prefix_caching = settings.prefix_cache_mb > 0
+    pipeline = ov.ContinuousBatchingPipeline(str(source), scheduler, "CPU", props)
+    info = {"kv_capacity_tokens": scheduler.num_kv_blocks * BLOCK_TOKENS,
+            "prefix_caching": scheduler.enable_prefix_caching, "dtype": compute_dtype(props), "threads": cpus}
+    return pipeline, info
+
+
+class OpenVINOEngine:
+    """Same interface as `worker.engine.engine.LLMEngine`, backed by OpenVINO GenAI's pipeline in
+    its own process (`openvino_core`). A thread here receives each of the core's steps and wakes
+    the engine loop; `step` turns what came into llmq's outputs without waiting for the core."""
+
+    def __init__(self, process: Any, conn: Any, tokenizer: Decoder, info: dict[str, Any]):
+        self.process = process
+        self.conn = conn
+        self.tokenizer = tokenizer
+        self.info = info
+        self.stats = EngineStats()
+        self._tracked = TrackedRequests(tokenizer, self.stats)
+        self._cancelled: list[str] = []
+        self._received: queue.Queue = queue.Queue()
+        self._wake = lambda: None
+        self._closing = False
+        threading.Thread(target=self._receive, name="openvino-core-outputs", daemon=True).start()
+
+    @classmethod
+    def from_source(cls, source: Path, model_dir: Path, settings, info: dict[str, Any]) -> "OpenVINOEngine":
+        """Start the core on `source` (a GGUF file or an IR folder); RuntimeError if it cannot
+        load it. The core dies with this process (`child_hygiene`), SIGKILL included."""
+        import multiprocessing
+
+        from worker.engine.openvino_core import run_core
+
+        started = time.monotonic()
+        child_hygiene.install()
+        context = multiprocessing.get_context("spawn")
+        conn, child_conn = context.Pipe()
+        process = context.Process(target=run_core, args=(Path(source), Path(model_dir), settings, child_conn),
+                                  name="openvino-core", daemon=True)
+        process.start()
+        child_conn.close()
+        try:
+            kind, detail = conn.recv()
+        except EOFError:
+            kind, detail = "error", f"the OpenVINO core exited with code {process.join(5) or process.exitcode}"
+        if kind != "ready":
+            raise RuntimeError(detail)
+        info = {**info, **detail, "load_s": round(time.monotonic() - started, 2)}
+        log.info("OpenVINO pipeline ready on %s in %.1f s: %s", source, info["load_s"], info)
+        return cls(process, conn, load_tokenizer(model_dir), info)
+
+    # --- requests -------------------------------------------------------------------------
+    def add_request(self, request: EngineRequest) -> None:
+        from worker.engine.structured import json_grammar
+
+        self._tracked.check_new(request)
+        capacity = self.info.get("kv_capacity_tokens")
+        if capacity and len(request.prompt_token_ids) >= capacity:
+            raise ValueError(f"the prompt ({len(request.prompt_token_ids)} tokens) does not fit the "
+                             f"KV cache ({capacity} tokens; LLMQ_KV_CACHE_MB)")
+        if request.sampling.response_format is not None:
+            json_grammar(request.sampling.response_format)  # a schema no grammar enforces: refused here
+        self.conn.send(("add", request.request_id, list(request.prompt_token_ids), request.sampling))
+        self._tracked.add(request)
+
+    def abort_request(self, request_id: str) -> None:
+        """Drop it from the pipeline; the next `step` reports it 'cancelled'."""
+        if request_id in self._tracked and request_id not in self._cancelled:
+            self.conn.send(("cancel", request_id))
+            self._cancelled.append(request_id)
+
+    def has_unfinished(self) -> bool:
+        return bool(len(self._tracked)) or bool(self._cancelled)
+
+    def on_ready(self, wake) -> None:
+        """Call `wake` whenever the core sends a step's outputs."""
+        self._wake = wake
+
+    def ready(self) -> bool:
+        """Whether `step` has something to hand out: a cancel, or the core's outputs."""
+        return bool(self._cancelled) or not self._received.empty()
+
+    # --- the step ---------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """What the core sent since the last call (blocking for its next step only when nothing
+        came yet and requests are running: callers without `on_ready` simply loop on `step`)."""
+        outputs = [self._tracked.finish(rid, "cancelled") for rid in self._cancelled if rid in self._tracked]
+        self._cancelled.clear()
+        messages = []
+        if not outputs and len(self._tracked) and self._received.empty():
+            messages.append(self._received.get())  # wait for the core's next step
+        while not self._received.empty():
+            messages.append(self._received.get_nowait())
+        for message in messages:
+            outputs += self._handle(message)
+        return outputs
+
+    def _handle(self, message: tuple) -> list[RequestOutput]:
+        kind = message[0]
+        if kind == "step":
+            _, results, ignored = message
+            results = [r for r in results if r[0] in self._tracked]  # cancelled ones were reported
+            if results:
+                self.stats.record_step(len(results), prefill=any(self._tracked.is_new(rid) for rid, _, _ in results))
+            outputs = [self._advance(*result) for result in results]
+            return outputs + [self._tracked.finish(rid, "error", error="the prompt does not fit the KV cache "
+                                                   "(LLMQ_KV_CACHE_MB)") for rid in ignored if rid in self._tracked]
+        if kind == "refused":
+            _, rid, error = message
+            return [self._tracked.finish(rid, "error", error=error)] if rid in self._tracked else []
+        log.error("OpenVINO step failed; failing %d requests", len(self._tracked))
+        return self._tracked.fail_all(message[1])  # "failed"
+
+    def _advance(self, request_id: str, new_ids: list[int], reason: str | None) -> RequestOutput:
+        out = self._tracked.advance(request_id, new_ids, reason)
+        if out.finished and reason is None:  # a stop string: the core would go on without us
+            self.conn.send(("cancel", request_id))
+        return out
+
+    def fail_all(self, message: str) -> list[RequestOutput]:
+        for request_id in self._tracked.ids():
+            self.conn.send(("cancel", request_id))
+        return self._tracked.fail_all(message)
+
+    def _receive(self) -> None:
+        """The core's messages, in order, to `step`; each one wakes the engine loop. A core that
+        dies takes the worker with it, as vLLM's server goes when its engine core does: its jobs
+        are then handed to another worker (their leases lapse) rather than failed here."""
+        while True:
+            try:
+                message = self.conn.recv()
+            except (EOFError, OSError):
+                if not (self._closing or _EXITING.is_set()):
+                    log.critical("the OpenVINO core process died (exit code %s); the worker exits so "
+                                 "that its %d jobs are redelivered", self.process.exitcode, len(self._tracked))
+                    logging.shutdown()
+                    os._exit(70)
+                return
+            self._received.put(message)
+            self._wake()
+
+    def close(self) -> None:
+        """Stop the core (tests build several engines; a worker's core ends with the worker)."""
+        self._closing = True
+        try:
+            self.conn.send(("stop",))
+        except OSError:
+            pass  # already gone
+        self.process.join(10)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join()
+        self.conn.close()
