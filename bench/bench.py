@@ -9,9 +9,11 @@ Side by side with other servers, all driven with the same OpenAI streaming chat 
         --levels 1,8,16 --max-tokens 128 --skip-baseline
 
 (`--engines`: one llmq stack per engine; `--vllm-server`: vLLM's own OpenAI server on the same
-model, so llmq-on-vLLM against it is the queue's cost; `--llama-server`: llama.cpp's server binary,
-built from source, on `--gguf`, by default the embedded model's GGUF. All of them run at once and
-take turns, `--rounds` times, so the machine's drift is shared rather than handed to the last.)
+model, so llmq-on-vLLM against it is the queue's cost; `--openvino-server`: the same for the
+OpenVINO engine (its pipeline, built as llmq builds it, behind bench/openvino_server.py);
+`--llama-server`: llama.cpp's server binary, built from source, on `--gguf`, by default the
+embedded model's GGUF. All of them run at once and take turns, `--rounds` times, so the
+machine's drift is shared rather than handed to the last.)
 
 Starts its own llmq stack (worker + gunicorn API, fresh namespace) unless --url is given, then the
 baseline (bench/baseline_server.py: one Flask process, model.generate under a lock), and drives
@@ -33,7 +35,7 @@ from pathlib import Path
 
 import requests
 
-from bench.stack import BaselineServer, LlamaServer, PeerServer, Stack, VllmServer
+from bench.stack import BaselineServer, LlamaServer, OpenVINOServer, PeerServer, Stack, VllmServer
 from common.models import EMBEDDED_GGUF, EMBEDDED_PACKAGE, resolve_model
 from common.settings import Settings
 from common.sseclient import iter_sse
@@ -235,10 +237,14 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=Path("bench/results"))
     parser.add_argument("--openai", action="store_true",
                         help="drive llmq through /v1/chat/completions streaming, like the other servers")
-    parser.add_argument("--engines", default="hf", help="llmq engines to run, one stack each: hf,vllm")
+    parser.add_argument("--engines", default="hf",
+                        help="llmq engines to run, one stack each: hf,vllm,openvino")
     parser.add_argument("--kv-cache-mb", type=int, default=1024, help="KV memory for llmq and vLLM's server")
     parser.add_argument("--eager", action="store_true", help="vLLM without its compile step (faster start)")
     parser.add_argument("--vllm-server", action="store_true", help="also vLLM's own OpenAI server")
+    parser.add_argument("--openvino-server", action="store_true",
+                        help="also OpenVINO GenAI's pipeline behind a minimal OpenAI server "
+                             "(bench/openvino_server.py), built with llmq-openvino's settings")
     parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
                         help="path of a built llama.cpp llama-server binary (or LLAMA_SERVER)")
     parser.add_argument("--gguf", help="GGUF for llama-server (default: the embedded model's)")
@@ -304,6 +310,9 @@ def compare(args) -> None:
             servers[f"llmq-{name}"].wait_ready(600)
         if args.vllm_server:
             servers["vllm-server"] = VllmServer(model_path, logs, args.dtype, args.kv_cache_mb, batch, args.eager)
+        if args.openvino_server:
+            servers["openvino-server"] = OpenVINOServer(args.model, logs / "openvino-server",
+                                                        stack_env("openvino"))
         if args.llama_server:
             servers["llama-server"] = LlamaServer(args.llama_server, args.gguf or str(embedded_gguf()), logs,
                                                   threads=len(os.sched_getaffinity(0)), slots=batch)
@@ -317,15 +326,17 @@ def compare(args) -> None:
     finally:
         for server in servers.values():
             server.stop()
-    print(f"\n{'server':14s} | " + " | ".join(f"{c:>3} clients tok/s (p95 TTFT)" for c in args.levels))
+    print(f"\n{'server':15s} | " + " | ".join(f"{c:>3} clients tok/s (p95 TTFT)" for c in args.levels))
     for name, rows in results.items():
-        print(f"{name:14s} | " + " | ".join(f"{r['tokens_per_s']:>12.1f} ({r['ttft_p95']:.2f} s){'':5s}"
+        print(f"{name:15s} | " + " | ".join(f"{r['tokens_per_s']:>12.1f} ({r['ttft_p95']:.2f} s){'':5s}"
                                              for r in rows))
-    print(f"\n{'server':14s} | " + " | ".join(f"{c:>3} clients TTFT p50, ms/token" for c in args.levels))
+    print(f"\n{'server':15s} | " + " | ".join(f"{c:>3} clients TTFT p50, ms/token" for c in args.levels))
     for name, rows in results.items():
-        print(f"{name:14s} | " + " | ".join(f"{r['ttft_p50']:>12.3f} s, {r['tpot_ms'] or 0:5.1f}{'':4s}"
+        print(f"{name:15s} | " + " | ".join(f"{r['ttft_p50']:>12.3f} s, {r['tpot_ms'] or 0:5.1f}{'':4s}"
                                              for r in rows))
-    pairs = [("llmq-vllm", "vllm-server"), ("llmq-vllm", "llama-server"), ("llmq-hf", "llama-server")]
+    pairs = [("llmq-vllm", "vllm-server"), ("llmq-vllm", "llama-server"), ("llmq-hf", "llama-server"),
+             ("llmq-openvino", "openvino-server"), ("llmq-openvino", "vllm-server"),
+             ("llmq-openvino", "llama-server")]
     pairs += [(f"llmq-{name}", "vllm-server") for name, _ in map(parse_variant, args.variant)]
     for ours, theirs in pairs:
         if ours in results and theirs in results:

@@ -197,6 +197,25 @@ class VllmServer:
                 pass
 
 
+class OpenVINOServer(Processes):
+    """`bench/openvino_server.py`: OpenVINO GenAI's continuous-batching pipeline, built as llmq's
+    OpenVINO worker builds it (same LLMQ_* settings, same IR or GGUF), behind a minimal OpenAI
+    server: the engine without llmq's queue around it."""
+
+    def __init__(self, model: str, log_dir: Path, extra_env: dict | None = None):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "LLMQ_MODEL": model, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+               **(extra_env or {})}
+        self.procs = [subprocess.Popen(
+            [sys.executable, "-m", "bench.openvino_server", "--port", str(self.port)], cwd=ROOT, env=env,
+            stdout=open(log_dir / "openvino-server.log", "w"), stderr=subprocess.STDOUT)]
+
+    def wait_ready(self, timeout: float = 600) -> None:  # a first run exports the model to IR
+        wait_http_ok(f"{self.url}/v1/models", timeout, "OpenVINO server")
+
+
 class LlamaServer(Processes):
     """llama.cpp's own `llama-server` (built from source; the path comes from --llama-server or
     LLAMA_SERVER), continuous batching over `slots` parallel sequences."""
