@@ -238,3 +238,20 @@ def redis_port() -> int:
 
 
 _ports_given: set[int] = set()  # a port handed out but not yet bound by its server stays taken
+
+
+def kill_9_mid_job(url: str, worker: "WorkerProcess", job_id: str) -> None:
+    """Once the job has text, kill -9 its worker; none of the worker's child processes (an engine
+    core) may outlive it."""
+    import psutil
+
+    children = psutil.Process(worker.proc.pid).children(recursive=True)
+    assert children, "the engine runs in child processes"
+    deadline = time.monotonic() + 120
+    while requests.get(f"{url}/v1/jobs/{job_id}", timeout=10).json()["text"] == "":
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.1)
+    worker.kill()
+    _, alive = psutil.wait_procs(children, timeout=20)
+    assert not alive, f"engine processes outlived their worker: {alive}"
+

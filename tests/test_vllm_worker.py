@@ -16,7 +16,7 @@ import requests
 
 from api import create_app
 from api.auth import hash_key
-from tests.conftest import LiveServer, cleanup_namespace, make_settings, wait_for_job
+from tests.conftest import LiveServer, cleanup_namespace, kill_9_mid_job, make_settings, wait_for_job
 from tests.test_e2e import chunks_text, read_stream, submit
 from worker.pinning import service_and_compute
 
@@ -187,16 +187,8 @@ def test_one_keys_flood_does_not_starve_another_keys_job(vllm_stack):
 
 def test_kill_9_leaves_no_engine_process_and_the_job_is_redelivered(vllm_stack, start_worker):
     settings, worker, url = vllm_stack
-    children = psutil.Process(worker.proc.pid).children(recursive=True)
-    assert children, "vLLM runs its engine core in child processes"
     job = submit(url, **COUNTING)
-    deadline = time.monotonic() + 120
-    while requests.get(f"{url}/v1/jobs/{job['id']}", timeout=10).json()["text"] == "":
-        assert time.monotonic() < deadline, "the job did not start"
-        time.sleep(0.1)
-    worker.kill()
-    gone, alive = psutil.wait_procs(children, timeout=20)
-    assert not alive, f"engine processes outlived their worker: {alive}"
+    kill_9_mid_job(url, worker, job["id"])
 
     start_worker(settings.model_copy(update={"engine": "hf"}))  # the next worker takes the job over
     final = wait_for_job(url, job["id"], timeout=300)

@@ -6,14 +6,22 @@ for each step to end. Here the pipeline steps in a child process, as vLLM's engi
 worker sends it requests and cancels over a pipe, and it sends back each step's new token ids, and
 steps again at once while it has work. Only token ids cross; text is made in the worker.
 
+The core sends what its steps made in bunches, every `stream_interval_ms` (the interval at which
+the worker relays text anyway), and at once when a request gets its first token or ends. Each
+message wakes threads of the worker, and on a small CPU every wake-up takes a core from the
+pipeline's compute threads for a moment, which all of them then wait for: one message a step
+made each token of a single stream 30% slower than the pipeline alone (18.1 against 14.0 ms).
+
 Messages to the core: ("add", request_id, prompt_ids, sampling), ("cancel", request_id), ("stop",).
-From it: ("ready", info) once, then ("step", [(request_id, new_ids, reason)], ignored_ids) per step,
-("refused", request_id, message) for a request it could not take, ("failed", message) when a step
-raised. `reason` is None while a request runs, else "stop" or "length".
+From it: ("ready", info) once, then ("steps", [(request_id, new_ids, reason)], ignored_ids,
+[(batch_size, prefill)] per step), ("refused", request_id, message) for a request it could not
+take, ("failed", message) when a step raised. `reason` is None while a request runs, else "stop"
+or "length".
 """
 from __future__ import annotations
 
 import logging
+import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -31,7 +39,7 @@ def run_core(source: Path, model_dir: Path, settings, conn: Connection) -> None:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", info))
-    core = _Core(pipeline, eos_token_ids(model_dir), conn)
+    core = _Core(pipeline, eos_token_ids(model_dir), conn, settings.stream_interval_ms / 1000)
     try:
         core.serve()
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
@@ -39,16 +47,24 @@ def run_core(source: Path, model_dir: Path, settings, conn: Connection) -> None:
 
 
 class _Core:
-    def __init__(self, pipeline: Any, stop_token_ids: set[int], conn: Connection):
+    def __init__(self, pipeline: Any, stop_token_ids: set[int], conn: Connection, interval_s: float):
         self.pipeline = pipeline
         self.stop_token_ids = stop_token_ids
         self.conn = conn
+        self.interval_s = interval_s
         self.handles: dict[str, Any] = {}
         self._next_id = 0  # OpenVINO's request ids are integers
+        self._made: dict[str, list] = {}  # request id -> [new ids, reason] not sent yet
+        self._ignored: list[str] = []
+        self._steps: list[tuple[int, bool]] = []  # (batch size, prefill) of each step not reported
+        self._urgent = False  # a first token or an end among them: send now
+        self._sent_at = 0.0
+        self._seen: set[str] = set()  # requests that have had their first token
 
     def serve(self) -> None:
         while True:
             if not self.handles:
+                self._send()
                 self.conn.poll(None)  # idle: sleep until the worker sends something
             while self.conn.poll():
                 message = self.conn.recv()
@@ -57,12 +73,16 @@ class _Core:
                 self._command(*message)
             if self.handles:
                 self._step()
+                if self._urgent or time.monotonic() - self._sent_at >= self.interval_s:
+                    self._send()
 
     def _command(self, kind: str, request_id: str, *args) -> None:
         if kind == "cancel":
             handle = self.handles.pop(request_id, None)
             if handle is not None:
                 handle.cancel()
+            self._made.pop(request_id, None)
+            self._seen.discard(request_id)
             return
         import numpy as np
         import openvino as ov
@@ -88,20 +108,39 @@ class _Core:
             for handle in self.handles.values():
                 handle.cancel()
             self.handles.clear()
+            self._made.clear()
             self.conn.send(("failed", f"engine error: {exc}"))
             return
-        results, ignored = [], []
+        advanced = prefill = 0
         for request_id, handle in list(self.handles.items()):
             if handle.can_read():
                 new_ids, reason = _read(handle, ov)
-                results.append((request_id, new_ids, reason))
+                made = self._made.setdefault(request_id, [[], None])
+                advanced += 1
+                if request_id not in self._seen:
+                    self._seen.add(request_id)
+                    prefill = self._urgent = True  # its first token goes out at once
+                made[0] += new_ids
                 if reason is not None:
+                    made[1] = reason
+                    self._urgent = True
                     del self.handles[request_id]
+                    self._seen.discard(request_id)
             elif handle.get_status() == ov.GenerationStatus.IGNORED:  # never fits the KV cache
-                ignored.append(request_id)
+                self._ignored.append(request_id)
+                self._urgent = True
                 del self.handles[request_id]
-        if results or ignored:
-            self.conn.send(("step", results, ignored))
+                self._seen.discard(request_id)
+        if advanced:
+            self._steps.append((advanced, bool(prefill)))
+
+    def _send(self) -> None:
+        if self._made or self._ignored:
+            results = [(rid, ids, reason) for rid, (ids, reason) in self._made.items()]
+            self.conn.send(("steps", results, self._ignored, self._steps))
+        self._made, self._ignored, self._steps = {}, [], []
+        self._urgent = False
+        self._sent_at = time.monotonic()
 
 
 def _read(handle: Any, ov) -> tuple[list[int], str | None]:

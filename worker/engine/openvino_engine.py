@@ -230,11 +230,11 @@ class OpenVINOEngine:
 
     def _handle(self, message: tuple) -> list[RequestOutput]:
         kind = message[0]
-        if kind == "step":
-            _, results, ignored = message
+        if kind == "steps":
+            _, results, ignored, steps = message
+            for batch_size, prefill in steps:
+                self.stats.record_step(batch_size, prefill)
             results = [r for r in results if r[0] in self._tracked]  # cancelled ones were reported
-            if results:
-                self.stats.record_step(len(results), prefill=any(self._tracked.is_new(rid) for rid, _, _ in results))
             outputs = [self._advance(*result) for result in results]
             return outputs + [self._tracked.finish(rid, "error", error="the prompt does not fit the KV cache "
                                                    "(LLMQ_KV_CACHE_MB)") for rid in ignored if rid in self._tracked]
