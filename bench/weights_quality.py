@@ -32,7 +32,6 @@ Needs openvino and openvino-genai (the project's .venv); exporting needs `.venv-
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import shutil

@@ -122,7 +122,8 @@ install_openvino_exporter() {  # optimum-intel in .venv-export, to export HF mod
 assert openvino.__version__.startswith('$ov-')" 2>/dev/null; then return; fi
   log "installing the OpenVINO exporter (optimum-intel, OpenVINO $ov) into .venv-export"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  "$venv/bin/python" -m pip install -q torch==2.13.0
+  # TORCH_INDEX_URL: where the CPU build of torch is served, if not by the default index (Dockerfile)
+  "$venv/bin/python" -m pip install -q torch==2.13.0 ${TORCH_INDEX_URL:+--index-url "$TORCH_INDEX_URL"}
   "$venv/bin/python" -m pip install -q "optimum-intel[openvino]==2.2.0" "transformers<5.6" nncf \
     "openvino==$ov" "openvino-tokenizers==$ov.0" torchvision==0.28.0
   "$venv/bin/python" -m pip uninstall -q -y torchvision
