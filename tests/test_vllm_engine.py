@@ -211,20 +211,27 @@ def test_vllm_engine_generates_on_gpu(model_ref):
     assert engine.stats.max_batch_size >= 8
 
 
-def test_auto_engine_is_vllm_only_with_cuda_and_vllm(monkeypatch):
+def test_auto_engine_is_vllm_on_a_gpu_openvino_on_a_cpu_else_hf(monkeypatch):
     import importlib.util
 
     import torch
 
     from worker.runtime import choose_engine
 
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name == "vllm" else None)
+    def installed(*names):
+        monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name in names else None)
+
+    installed("vllm", "openvino_genai")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert choose_engine("auto") == "hf"  # CPU: the fast-starting engine, whatever is installed
+    assert choose_engine("auto") == "openvino"  # CPU: OpenVINO, even with vLLM's CPU build there
+    installed("vllm")
+    assert choose_engine("auto") == "hf"  # CPU without OpenVINO: never vLLM unasked
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert choose_engine("auto") == "vllm"
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
-    assert choose_engine("auto") == "hf"  # a GPU but no vllm
+    installed("openvino_genai")
+    assert choose_engine("auto") == "openvino"  # a GPU but no vllm
+    installed()
+    assert choose_engine("auto") == "hf"
     assert choose_engine("vllm") == "vllm" and choose_engine("hf") == "hf"
 
 

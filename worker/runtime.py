@@ -109,9 +109,10 @@ class WorkerRuntime:
 
 
 def choose_engine(setting: str) -> str:
-    """'auto' -> the fastest engine installed for this machine: vLLM on a CUDA GPU, OpenVINO on
-    a CPU (int8/int4 weights and continuous batching in C++: faster than vLLM's CPU build at every
-    client count, and it starts in seconds), the HF engine where neither is installed."""
+    """'auto' -> vLLM on a CUDA GPU; on a CPU OpenVINO (int8 weights and continuous batching in
+    C++, a plain wheel that starts in seconds; vLLM's CPU build, never picked unasked, takes a
+    minute and 4 GiB and is faster only at high concurrency on larger models on some CPUs:
+    docs/benchmarks.md); the HF engine where neither is installed."""
     if setting != "auto":
         return setting
     import importlib.util
