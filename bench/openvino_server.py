@@ -31,6 +31,7 @@ from common.prompting import PromptBuilder
 from common.settings import Settings
 from worker.engine.detokenizer import IncrementalDetokenizer, load_tokenizer
 from worker.engine.openvino_engine import build_pipeline, eos_token_ids, generation_config
+from worker.engine.openvino_core import read_new_tokens
 from worker.engine.openvino_model import choose_source
 from worker.engine.sequence import Sampling
 
@@ -91,13 +92,7 @@ class Batcher:
                 continue
             for key, live in list(self.live.items()):
                 if live.handle.can_read():
-                    new_ids, reason = [], None
-                    for output in live.handle.read().values():
-                        new_ids += output.generated_ids
-                        if output.finish_reason == ovg.GenerationFinishReason.LENGTH:
-                            reason = "length"
-                        elif output.finish_reason != ovg.GenerationFinishReason.NONE:
-                            reason = "stop"
+                    new_ids, reason = read_new_tokens(live.handle)
                     live.out.put((new_ids, reason))
                 elif live.handle.get_status() == ovg.GenerationStatus.IGNORED:
                     live.out.put(ValueError("the prompt does not fit the KV cache (LLMQ_KV_CACHE_MB)"))

@@ -111,10 +111,10 @@ class _Core:
             self._made.clear()
             self.conn.send(("failed", f"engine error: {exc}"))
             return
-        advanced = prefill = 0
+        advanced, prefill = 0, False
         for request_id, handle in list(self.handles.items()):
             if handle.can_read():
-                new_ids, reason = _read(handle, ov)
+                new_ids, reason = read_new_tokens(handle)
                 made = self._made.setdefault(request_id, [[], None])
                 advanced += 1
                 if request_id not in self._seen:
@@ -132,7 +132,7 @@ class _Core:
                 del self.handles[request_id]
                 self._seen.discard(request_id)
         if advanced:
-            self._steps.append((advanced, bool(prefill)))
+            self._steps.append((advanced, prefill))
 
     def _send(self) -> None:
         if self._made or self._ignored:
@@ -143,7 +143,10 @@ class _Core:
         self._sent_at = time.monotonic()
 
 
-def _read(handle: Any, ov) -> tuple[list[int], str | None]:
+def read_new_tokens(handle: Any) -> tuple[list[int], str | None]:
+    """A generation handle's token ids since the last read, and why it ended (None: running)."""
+    import openvino_genai as ov
+
     new_ids: list[int] = []
     reason = None
     for output in handle.read().values():  # one sequence per request (no beams)

@@ -39,11 +39,15 @@ _PRECISIONS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 def kv_block_bytes(model_dir: Path, kv_precision: str) -> int:
     """Bytes of one KV block of this model: keys and values of every layer and KV head."""
+    import torch
+
+    from worker.engine.kv_cache import SlotKVCache
+
     config = json.loads((Path(model_dir) / "config.json").read_text())
     head_dim = config.get("head_dim") or config["hidden_size"] // config["num_attention_heads"]
     kv_heads = config.get("num_key_value_heads") or config["num_attention_heads"]
-    element = {"f32": 4, "bf16": 2, "f16": 2}[kv_precision]
-    return config["num_hidden_layers"] * kv_heads * 2 * head_dim * element * BLOCK_TOKENS
+    dtype = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}[kv_precision]
+    return SlotKVCache.bytes_per_token(config["num_hidden_layers"], kv_heads, head_dim, dtype) * BLOCK_TOKENS
 
 
 def eos_token_ids(model_dir: Path) -> set[int]:
@@ -203,7 +207,7 @@ class OpenVINOEngine:
             self._cancelled.append(request_id)
 
     def has_unfinished(self) -> bool:
-        return bool(len(self._tracked)) or bool(self._cancelled)
+        return bool(self._tracked) or bool(self._cancelled)
 
     def on_ready(self, wake) -> None:
         """Call `wake` whenever the core sends a step's outputs."""
