@@ -21,7 +21,7 @@ ENV LLMQ_OPENVINO_EXPORT_PYTHON=/app/.venv-export/bin/python
 RUN useradd --create-home llmq && mkdir -p /models && chown llmq /models
 USER llmq
 EXPOSE 8000 5555 9100
-CMD ["gunicorn", "-k", "gthread", "--threads", "64", "-w", "2", "-b", "0.0.0.0:8000", "api.wsgi:app"]
+CMD ["gunicorn", "-c", "ops/gunicorn.conf.py", "-w", "2", "-b", "0.0.0.0:8000", "api.wsgi:app"]
 
 FROM vllm/vllm-openai:latest AS gpu
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 HF_HOME=/models/hf LLMQ_MODEL_CACHE_DIR=/models LLMQ_ENGINE=vllm

@@ -1,6 +1,6 @@
 """Optional API keys: who is calling, and which jobs they may touch.
 
-Keys are entries `id:sha256hex[:tier=high|normal|low][:rpm=N][:concurrent=N][:weight=N]`, given in
+Keys are entries `id:sha256hex[:tier=high|normal|low][:rpm=N][:concurrent=N][:streams=N][:weight=N]`, given in
 `LLMQ_API_KEYS` (comma-separated) and/or `LLMQ_API_KEYS_FILE` (one per line, `#` comments). Only
 the SHA-256 of a key is configured or stored anywhere; `python -m api.auth new <id>` makes a key
 and prints its entry. With no entries, auth is off and every caller is anonymous.
@@ -42,6 +42,7 @@ class ApiKey:
     tier: Priority = "normal"  # the highest priority this key may ask for, and its default
     rpm: int | None = None  # job submissions per minute; None: the server default
     concurrent: int | None = None  # jobs queued or running at once; None: the server default
+    streams: int | None = None  # open streams at once; None: the server default
     weight: float = 1.0  # fair share of the queue against other keys (common/fair_queue.py)
 
 
@@ -63,13 +64,13 @@ def parse_entry(entry: str) -> ApiKey:
         name, _, value = option.partition("=")
         if name == "tier" and value in PRIORITY_ORDER:
             fields["tier"] = value
-        elif name in ("rpm", "concurrent") and value.isdigit():
+        elif name in ("rpm", "concurrent", "streams") and value.isdigit():
             fields[name] = int(value)
         elif name == "weight" and _positive_number(value):
             fields[name] = float(value)
         else:
             raise KeyConfigError(f"key {key_id!r}: bad option {option!r} "
-                                 "(tier=high|normal|low, rpm=N, concurrent=N, weight=N)")
+                                 "(tier=high|normal|low, rpm=N, concurrent=N, streams=N, weight=N)")
     return ApiKey(key_id, digest.lower(), **fields)
 
 
@@ -143,7 +144,7 @@ def allowed_priority(requested: Priority | None) -> Priority:
 def _main(argv: list[str]) -> None:
     """`python -m api.auth new <id> [options]`: print a new key (shown once) and its entry."""
     if len(argv) < 2 or argv[0] != "new":
-        sys.exit("usage: python -m api.auth new <id> [tier=high] [rpm=60] [concurrent=4] [weight=2]")
+        sys.exit("usage: python -m api.auth new <id> [tier=high] [rpm=60] [concurrent=4] [streams=100] [weight=2]")
     key = f"llmq-{secrets.token_urlsafe(32)}"
     entry = ":".join([argv[1], hash_key(key), *argv[2:]])
     parse_entry(entry)  # validate before printing

@@ -1,10 +1,8 @@
 """Queue position, ETAs and a computed Retry-After, from the workers' own measurements."""
 from __future__ import annotations
 
-import time
-
 from api.services import Services
-from common.eta import WorkerLoad, estimate, retry_after
+from common.eta import WorkerLoad, estimate, max_tokens_of, place_fields, retry_after
 
 
 def _loads(svc: Services, model: str | None) -> list[WorkerLoad]:
@@ -19,14 +17,7 @@ def queue_eta(svc: Services, record: dict) -> dict:
     ahead = svc.store.queue_position(record)
     if ahead is None:
         return {}
-    eta = {"queue_position": ahead + 1}
-    max_tokens = (record.get("request") or {}).get("sampling", {}).get("max_tokens", 256)
-    guess = estimate(ahead, max_tokens, _loads(svc, record.get("model")))
-    if guess is not None:
-        now = time.time()
-        eta.update(estimated_start=round(now + guess.start_in_s, 2),
-                   estimated_finish=round(now + guess.finish_in_s, 2))
-    return eta
+    return place_fields(ahead, estimate(ahead, max_tokens_of(record), _loads(svc, record.get("model"))))
 
 
 def queue_retry_after(svc: Services) -> int:

@@ -5,7 +5,7 @@ import json
 
 from flask import Blueprint, jsonify, request, url_for
 
-from api.auth import may_access
+from api.auth import current_key, may_access
 from api.errors import ApiError
 from api.eta import queue_eta
 from api.services import services
@@ -45,11 +45,13 @@ def _record_or_404(job_id: str) -> dict:
 @bp.post("")
 def create_job():
     req = JobRequest.model_validate(json_body())
-    status, record = submit_job(services(), req)
     if req.stream:  # answer with the job's event stream right away (same events as .../events)
-        response = sse_response(job_event_stream(services(), record["id"], None))
+        with services().streams.acquire(current_key()).guard() as slot:
+            _, record = submit_job(services(), req)
+            response = sse_response(job_event_stream(services(), record["id"], None), slot)
         response.headers["X-Job-Id"] = record["id"]
     else:
+        status, record = submit_job(services(), req)
         response = jsonify({**_full_view(record), **queue_eta(services(), record)})
         response.status_code = status
     response.headers["Location"] = url_for("jobs.get_job", job_id=record["id"])
@@ -80,7 +82,8 @@ def job_events(job_id: str):
         except ValueError:
             raise ApiError(400, "invalid_last_event_id", f"Last-Event-ID {last_event_id!r} is not an "
                            "event id of this stream (they look like 1733356800000-0)") from None
-    return sse_response(job_event_stream(services(), job_id, last_event_id))
+    with services().streams.acquire(current_key()).guard() as slot:
+        return sse_response(job_event_stream(services(), job_id, last_event_id), slot)
 
 
 @bp.delete("/<job_id>")

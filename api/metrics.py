@@ -12,7 +12,7 @@ import time
 
 import redis
 from flask import Flask, Response, g, request
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from api.services import Services
@@ -95,6 +95,12 @@ class ApiMetrics:
         self.latency = Histogram("llmq_http_request_duration_seconds",
                                  "time to the response headers (a stream's life is not included)",
                                  ["endpoint"], registry=self.registry)
+        Gauge("llmq_api_open_streams", "streams this API process holds open (SSE, OpenAI streams, "
+              "OpenAI requests waiting for their answer)", registry=self.registry
+              ).set_function(lambda: svc.streams.open)
+        Gauge("llmq_api_waiting_streams", "open streams of this API process whose job may still be "
+              "queued (they are told their place in line)", registry=self.registry
+              ).set_function(lambda: svc.places.watched)
         self.registry.register(ClusterCollector(svc))
 
     def observe(self, response: Response) -> None:

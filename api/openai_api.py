@@ -8,6 +8,7 @@ Errors on this blueprint use OpenAI's body, `{"error": {"message", "type", "para
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 from collections.abc import Iterator
 
@@ -17,12 +18,14 @@ from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
+from api.auth import current_key
 from api.errors import ApiError, describe_validation
 from api.jobs import json_body
 from api.openai_format import Surface, error_body, sse_data
 from api.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
 from api.sse import job_event_stream
+from api.stream_limits import StreamSlot
 from api.submit import submit_job
 from common.schemas import JobStatus
 
@@ -56,16 +59,16 @@ def get_model(model: str):
 
 
 def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest) -> Response:
+    """A stream, or a request waiting for its whole answer, holds a stream slot (api/stream_limits.py)."""
     svc = services()
-    _, record = submit_job(svc, body.job_request())
-    if body.stream:
-        return _stream_response(svc, surface, record, body.include_usage)
-    if not JobStatus(record["status"]).terminal:
-        with contextlib.closing(job_event_stream(svc, record["id"], None)) as events:
-            for _, event, _ in events:
-                if event == "done":
-                    break
-        record = svc.store.get(record["id"]) or {**record, "status": JobStatus.EXPIRED.value}
+    with svc.streams.acquire(current_key()).guard() as slot:
+        _, record = submit_job(svc, body.job_request())
+        if body.stream:
+            return _stream_response(svc, surface, record, body.include_usage, slot)
+    try:
+        record = _wait_for_end(svc, record)
+    finally:
+        slot.release()
     if record["status"] != JobStatus.SUCCEEDED.value:
         raise _job_error(record)
     response = jsonify(surface.response(record))
@@ -73,25 +76,43 @@ def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest)
     return response
 
 
-def _stream_response(svc: Services, surface: Surface, record: dict, include_usage: bool) -> Response:
+def _wait_for_end(svc: Services, record: dict) -> dict:
+    """The job's record once it has ended."""
+    if JobStatus(record["status"]).terminal:
+        return record
+    with contextlib.closing(job_event_stream(svc, record["id"], None, places=False)) as events:
+        for _, event, _ in events:
+            if event == "done":
+                break
+    return svc.store.get(record["id"]) or {**record, "status": JobStatus.EXPIRED.value}
+
+
+def _stream_response(svc: Services, surface: Surface, record: dict, include_usage: bool,
+                     slot: StreamSlot) -> Response:
     headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive",
                "X-LLMQ-Job-Id": record["id"]}
-    return Response(stream_with_context(_relay(svc, surface, record, include_usage)),
-                    mimetype="text/event-stream", headers=headers)
+    response = Response(stream_with_context(slot.held(_relay(svc, surface, record, include_usage))),
+                        mimetype="text/event-stream", headers=headers)
+    response.call_on_close(slot.release)
+    return response
 
 
 def _relay(svc: Services, surface: Surface, record: dict, include_usage: bool) -> Iterator[str]:
-    """The job's events as OpenAI chunks. Leaving before the end (the client disconnected: Flask
-    closes this generator) cancels the job when `cancel_on_disconnect` is set."""
+    """The job's events as OpenAI chunks; while it waits in the queue, its place as an SSE
+    comment (`: queued {"queue_position": 3, ...}`), which OpenAI clients skip. Leaving before
+    the end (the client disconnected: Flask closes this generator) cancels the job when
+    `cancel_on_disconnect` is set."""
     extra = {"usage": None} if include_usage else {}
     finished = False
     try:
-        if surface.chat:
-            yield sse_data({**surface.chunk(record, role=True), **extra})
+        # the first bytes go out at once, so the client knows its stream is open however long it waits
+        yield sse_data({**surface.chunk(record, role=True), **extra}) if surface.chat else ": open\n\n"
         with contextlib.closing(job_event_stream(svc, record["id"], None)) as events:
             for _, event, data in events:
                 if event == "heartbeat":
                     yield ": keep-alive\n\n"
+                elif event == "queued":
+                    yield f": queued {json.dumps(data)}\n\n"
                 elif event == "chunk":
                     yield sse_data({**surface.chunk(record, text=data["text"]), **extra})
                 elif event == "restart":  # chunks already sent cannot be taken back

@@ -10,7 +10,9 @@ from redis.backoff import ExponentialWithJitterBackoff
 from redis.retry import Retry
 
 from api.errors import ApiError
+from api.queue_places import QueuePlaces
 from api.ratelimit import RateLimiter
+from api.stream_limits import StreamLimits
 from api.wakeups import JobWakeups
 from common.batches import BatchStore
 from common.files import FileStore
@@ -29,14 +31,19 @@ class Services:
         self.keys = Keys(settings.namespace)
         # Few, short retries: a blip is absorbed, but while Redis is down or a Sentinel failover is
         # under way a request gets its 503 + Retry-After within a second instead of hanging.
-        self.redis = redis_client(settings, decode_responses=True, socket_connect_timeout=2,
-                                  socket_timeout=30, health_check_interval=30, max_connections=512,
+        # Under gevent thousands of requests share the process: past 512 connections a caller waits
+        # for one (a few seconds at most, then 503) rather than opening a socket each.
+        self.redis = redis_client(settings, wait_for_connection_s=5, decode_responses=True,
+                                  socket_connect_timeout=2, socket_timeout=30, health_check_interval=30,
+                                  max_connections=512,
                                   retry=Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), 3))
         self.webhooks = Webhooks(settings, self.redis)
         self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen,
                               on_event=job_webhook_hook(self.webhooks))
         self.limits = RateLimiter(self.redis, self.keys, settings)
         self.wakeups = JobWakeups(self.redis, self.keys)
+        self.places = QueuePlaces(self.store, settings.queue_place_interval_s, settings.queue_place_every_s)
+        self.streams = StreamLimits(self.redis, self.keys, settings)
         self.files = FileStore(self.redis, self.keys, settings.file_ttl_s)
         self.batches = BatchStore(self.redis, self.keys, settings.batch_ttl_s)
         self._lock = threading.Lock()

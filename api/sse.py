@@ -12,9 +12,14 @@ attempt's chunks, a `restart` event, and the new attempt's chunks (indices from 
 followed by a `restart` in what the relay reads at once are not sent (a replay shows only the
 last attempt); a client that already received chunks must drop its text when `restart` comes.
 If Redis goes away mid-stream the stream ends; the client reconnects with `Last-Event-ID`.
+
+While the job waits in the queue the relay also sends `queued` events (no id: they are not in the
+log) with the job's `queue_position` and ETAs, when they change and every few seconds
+(`api/queue_places.py`).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -24,6 +29,7 @@ import redis
 from flask import Response, stream_with_context
 
 from api.services import Services
+from api.stream_limits import StreamSlot
 from api.wakeups import JobFollower
 from common.jobs import done_payload, is_overdue
 from common.schemas import JobStatus
@@ -37,12 +43,15 @@ def format_event(event_id: str | None, event: str, data: dict) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n"
 
 
-def job_event_stream(svc: Services, job_id: str, last_event_id: str | None) -> Iterator[tuple[str | None, str, dict]]:
+def job_event_stream(svc: Services, job_id: str, last_event_id: str | None,
+                     places: bool = True) -> Iterator[tuple[str | None, str, dict]]:
     """(id, event, data) of the job's log from after `last_event_id` until `done`; (None,
-    'heartbeat', {}) while idle. Yields a `done` built from the record if the log lacks one."""
+    'heartbeat', {}) while idle; with `places`, (None, 'queued', place) while it waits. Yields a
+    `done` built from the record if the log lacks one."""
     last = last_event_id or "0"
     try:
-        with svc.wakeups.follow(job_id) as woken:
+        with svc.wakeups.follow(job_id) as woken, \
+                (svc.places.watch(job_id, woken) if places else contextlib.nullcontext()):
             yield from _relay(svc, job_id, last, woken)
     except redis.RedisError as exc:
         log.warning("SSE relay for job %s ends: Redis unavailable (%s)", job_id, exc)
@@ -51,6 +60,9 @@ def job_event_stream(svc: Services, job_id: str, last_event_id: str | None) -> I
 def _relay(svc: Services, job_id: str, last: str, woken: JobFollower) -> Iterator[tuple[str | None, str, dict]]:
     while True:
         woken.clear()  # before the read: a chunk logged after it sets it again
+        place = woken.take_place()
+        if place is not None:
+            yield None, "queued", place
         for entry_id, event, data in _new_entries(svc, job_id, last, woken):
             last = entry_id
             yield entry_id, event, data
@@ -111,11 +123,15 @@ def _ended_without_done(svc: Services, job_id: str, record: dict, last: str) -> 
     return JobStatus(record["status"]).terminal and not svc.store.read_events(job_id, last)
 
 
-def sse_response(events: Iterator[tuple[str | None, str, dict]]) -> Response:
+def sse_response(events: Iterator[tuple[str | None, str, dict]], slot: StreamSlot) -> Response:
+    """The events as an SSE response, holding `slot` until it closes. Its first bytes go out at
+    once, so a client hears within milliseconds that its stream is open, however long it waits."""
     def body():
         yield "retry: 2000\n\n"
-        for event_id, event, data in events:
+        for event_id, event, data in slot.held(events):
             yield ": keep-alive\n\n" if event == "heartbeat" else format_event(event_id, event, data)
 
-    return Response(stream_with_context(body()), mimetype="text/event-stream", headers={
+    response = Response(stream_with_context(body()), mimetype="text/event-stream", headers={
         "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    response.call_on_close(slot.release)
+    return response

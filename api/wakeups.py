@@ -52,13 +52,27 @@ def parse_announcement(message: str) -> HeardEntry | None:
 class JobFollower(threading.Event):
     """Set whenever the job's log may have grown; also keeps the entries heard with their content
     since the relay last took them, and whether anything was heard without (then the log must be
-    read). The relay clears it before taking, so nothing heard in between goes unnoticed."""
+    read). The relay clears it before taking, so nothing heard in between goes unnoticed. While
+    the job waits in the queue it is also set with the job's place in line (`tell_place`)."""
 
     def __init__(self, max_heard: int):
         super().__init__()
         self._lock = threading.Lock()
         self._heard: collections.deque[HeardEntry] = collections.deque(maxlen=max_heard)
         self._read_log = True  # what was logged before it followed was not heard
+        self._place: dict | None = None
+
+    def tell_place(self, place: dict) -> None:
+        """The job's `queue_position` and ETAs, for the relay to send (api/queue_places.py)."""
+        with self._lock:
+            self._place = place
+        self.set()
+
+    def take_place(self) -> dict | None:
+        """The place told since the relay last took it, if any."""
+        with self._lock:
+            place, self._place = self._place, None
+        return place
 
     def hear(self, entry: HeardEntry | None) -> None:
         with self._lock:

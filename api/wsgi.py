@@ -1,4 +1,4 @@
-"""WSGI entry point for gunicorn: `gunicorn -k gthread --threads 64 api.wsgi:app`."""
+"""WSGI entry point for gunicorn: `gunicorn -c ops/gunicorn.conf.py api.wsgi:app` (gevent workers)."""
 from common.logs import setup_logging
 from common.settings import get_settings
 

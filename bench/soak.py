@@ -72,7 +72,7 @@ def free_port() -> int:
 class OwnStack:
     """redis-server + worker + gunicorn API, all on 127.0.0.1, in a temporary folder."""
 
-    def __init__(self, workers: int, max_batch: int, api_threads: int, ha: bool = False,
+    def __init__(self, workers: int, max_batch: int, ha: bool = False,
                  redis_ports: str | None = None):
         self.dir = Path(tempfile.mkdtemp(prefix="llmq-soak-"))
         self.next_port = port_picker(redis_ports)
@@ -100,9 +100,8 @@ class OwnStack:
         self.env = env
         for i in range(workers):
             self.start_worker(f"worker{i}")
-        self._spawn("api", [sys.executable, "-m", "gunicorn", "-k", "gthread", "--threads",
-                            str(api_threads), "-w", "1", "-b", f"127.0.0.1:{self.api_port}",
-                            "--timeout", "300", "api.wsgi:app"], env)
+        self._spawn("api", [sys.executable, "-m", "gunicorn", "-c", "ops/gunicorn.conf.py", "-w", "1",
+                            "-b", f"127.0.0.1:{self.api_port}", "--timeout", "300", "api.wsgi:app"], env)
 
     @property
     def redis_url(self) -> str:
@@ -396,8 +395,7 @@ def main(argv: list[str] | None = None) -> int:
         fixed = {k: v for k, v in fixed.items() if v}
         pids, redis_url = (lambda: fixed), (lambda: args.redis_url)
     else:
-        stack = OwnStack(args.workers, args.max_batch, api_threads=max(64, 2 * args.clients + 16),
-                         ha=args.chaos, redis_ports=args.redis_ports)
+        stack = OwnStack(args.workers, args.max_batch, ha=args.chaos, redis_ports=args.redis_ports)
         url, pids, redis_url = stack.url, stack.pids, (lambda: stack.redis_url)
     try:
         if stack:

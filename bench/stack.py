@@ -49,10 +49,17 @@ class Processes:
                 proc.kill()
 
 
+# How gunicorn runs the API: llmq's own settings (gevent workers), or the thread-per-request model
+# llmq used before, kept for side-by-side measurements of the front door
+API_SERVERS = {"gevent": ["-c", "ops/gunicorn.conf.py"],
+               "gthread": ["-c", "ops/gunicorn.conf.py", "-k", "gthread", "--threads", "64"]}
+
+
 class Stack(Processes):
     """`python -m worker` + gunicorn API, sharing a fresh namespace on the given Redis."""
 
-    def __init__(self, redis_url: str, model: str, log_dir: Path, extra_env: dict | None = None):
+    def __init__(self, redis_url: str, model: str, log_dir: Path, extra_env: dict | None = None,
+                 api_server: str = "gevent", workers: int = 1):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "LLMQ_REDIS_URL": redis_url, "LLMQ_MODEL": model,
@@ -61,13 +68,15 @@ class Stack(Processes):
         log_dir.mkdir(parents=True, exist_ok=True)
         self.env, self.log_dir, self.redis_url = env, log_dir, redis_url
         self.procs = [
-            subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
-                             stdout=open(log_dir / "worker.log", "w"), stderr=subprocess.STDOUT),
-            subprocess.Popen([sys.executable, "-m", "gunicorn", "-k", "gthread", "--threads", "64",
-                              "-w", "1", "-b", f"127.0.0.1:{self.port}", "api.wsgi:app"], cwd=ROOT,
+            *(subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
+                               stdout=open(log_dir / f"worker{i or ''}.log", "w"), stderr=subprocess.STDOUT)
+              for i in range(workers)),
+            subprocess.Popen([sys.executable, "-m", "gunicorn", *API_SERVERS[api_server], "-w", "1",
+                              "-b", f"127.0.0.1:{self.port}", "api.wsgi:app"], cwd=ROOT,
                              env=env, stdout=open(log_dir / "api.log", "w"), stderr=subprocess.STDOUT,
                              preexec_fn=self._api_placement(env)),
         ]
+        self.api_proc = self.procs[-1]
 
     @staticmethod
     def _api_placement(env: dict):

@@ -15,6 +15,7 @@ workers measure more.
 from __future__ import annotations
 
 import heapq
+import time
 from dataclasses import dataclass
 
 PICKUP_S = 0.05  # broker hop + claim, when a slot is free
@@ -68,18 +69,33 @@ def estimate(ahead: int, max_tokens: int, workers: list[WorkerLoad]) -> Estimate
     """ETA for a job with `ahead` queued jobs before it; None when no worker is alive."""
     if not workers:
         return None
-    slots: list[tuple[float, int]] = []  # (frees in s, worker index)
+    return estimate_at(start_slots(ahead, workers)[ahead], max_tokens, workers)
+
+
+def start_slots(most_ahead: int, workers: list[WorkerLoad]) -> list[tuple[float, int]]:
+    """(seconds until a slot frees, the worker's index) for a job with 0, 1, ... `most_ahead`
+    queued jobs before it: one simulation of the workers' slots serves a whole queue. Each
+    worker's slots free as its held jobs end; every job ahead then takes the earliest slot for
+    the mean job's time. Needs at least one worker."""
+    slots: list[tuple[float, int]] = []
     for index, w in enumerate(workers):
         known = list(w.remaining_tokens)[:w.capacity]
         unknown = max(min(w.running, w.capacity) - len(known), 0)  # held, progress unknown: half done
         busy = [left / w.per_sequence for left in known] + [w.mean_job_tokens / 2 / w.per_sequence] * unknown
         slots += [(t, index) for t in busy + [0.0] * (w.capacity - len(busy))]
     heapq.heapify(slots)
-    for _ in range(ahead):
+    starts = []
+    for _ in range(most_ahead + 1):
+        starts.append(slots[0])
         t, index = heapq.heappop(slots)
         w = workers[index]
         heapq.heappush(slots, (t + w.mean_job_tokens / w.per_sequence, index))
-    start, index = slots[0]
+    return starts
+
+
+def estimate_at(slot: tuple[float, int], max_tokens: int, workers: list[WorkerLoad]) -> Estimate:
+    """The ETA of a job that starts in the slot `start_slots` gave it."""
+    start, index = slot
     w = workers[index]
     start = max(start, PICKUP_S)
     return Estimate(start_in_s=start, finish_in_s=start + min(max_tokens, w.mean_job_tokens) / w.per_sequence)
@@ -91,3 +107,18 @@ def retry_after(excess: int, workers: list[WorkerLoad], floor_s: int = 1, ceilin
         return 30
     seconds = (excess + 1) / drain_rate(workers)
     return int(min(max(seconds, floor_s), ceiling_s) + 0.999)
+
+
+def max_tokens_of(record: dict) -> int:
+    return (record.get("request") or {}).get("sampling", {}).get("max_tokens", 256)
+
+
+def place_fields(ahead: int, guess: Estimate | None) -> dict:
+    """A queued job's place as the API shows it: `queue_position` (1: next) and, when a worker
+    is alive to estimate from, `estimated_start` / `estimated_finish` (epoch s)."""
+    place = {"queue_position": ahead + 1}
+    if guess is not None:
+        now = time.time()
+        place.update(estimated_start=round(now + guess.start_in_s, 2),
+                     estimated_finish=round(now + guess.finish_in_s, 2))
+    return place

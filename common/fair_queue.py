@@ -163,40 +163,85 @@ class FairQueue:
         """Jobs that will be picked before this queued one if nothing else arrives: every job
         of a higher priority level, then, in its level, the jobs of each key whose start tags
         come first, then those ahead of it in its own key's list. None if it is not queued."""
-        queue, level, job_id = record.get("queue"), record.get("priority_level"), record["id"]
-        jobs_list = record.get("fair_list")
-        if queue is None or level is None or jobs_list is None:
-            return None
-        level = int(level)
-        index = self.r.lpos(jobs_list, job_id)
-        if index is None:
-            return None
-        ahead = index
-        for other_level in LEVELS:
-            if other_level > level:
-                break
-            owners = self.r.zrange(self.keys.fair_owners(queue, other_level), 0, -1, withscores=True)
-            lengths = self._lengths(queue, other_level, [o for o, _ in owners])
-            if other_level < level:
-                ahead += sum(lengths)
-                continue
-            meta = self.r.hgetall(self.keys.fair_meta(queue, level))
-            tags = dict(owners)
-            mine = record.get("fair_owner") or ANONYMOUS
-            if mine not in tags:
-                return ahead
-            cost_of = lambda o: float(meta.get(f"cost:{o}", 1.0))
-            my_tag = tags[mine] + index * cost_of(mine)
-            for owner, n in zip(tags, lengths):
-                if owner != mine:
-                    ahead += _served_before(my_tag, mine, tags[owner], cost_of(owner), owner, n)
-        return ahead
+        return self.positions([record]).get(record["id"])
 
-    def _lengths(self, queue: str, level: int, owners: list[str]) -> list[int]:
+    def positions(self, records: list[dict]) -> dict[str, int]:
+        """`position` of many jobs at once (every waiting stream of an API process, each second):
+        each fair list and each level's owners are read once, whatever the number of jobs. Jobs
+        that are not queued are left out."""
+        indexes = self._indexes(records)
+        levels: dict[tuple[str, int], _Level] = {}
+        found: dict[str, int] = {}
+        for record in records:
+            index = indexes.get(record["id"])
+            if index is None:
+                continue
+            queue, level = record["queue"], int(record["priority_level"])
+            ahead = index
+            for other_level in LEVELS:
+                if other_level > level:
+                    break
+                if (queue, other_level) not in levels:
+                    levels[queue, other_level] = self._level(queue, other_level)
+                snapshot = levels[queue, other_level]
+                if other_level < level:
+                    ahead += sum(snapshot.lengths.values())
+                    continue
+                mine = record.get("fair_owner") or ANONYMOUS
+                if mine in snapshot.tags:
+                    my_tag = snapshot.tags[mine] + index * snapshot.cost(mine)
+                    ahead += sum(_served_before(my_tag, mine, tag, snapshot.cost(owner), owner,
+                                                snapshot.lengths[owner])
+                                 for owner, tag in snapshot.tags.items() if owner != mine)
+            found[record["id"]] = ahead
+        return found
+
+    def _indexes(self, records: list[dict]) -> dict[str, int]:
+        """Each queued job's index in its key's list. A list with many of the jobs is read whole
+        (one LRANGE); a job alone in its list is looked up (LPOS, which stops where it is)."""
+        by_list: dict[str, list[str]] = {}
+        for record in records:
+            if None not in (record.get("queue"), record.get("priority_level"), record.get("fair_list")):
+                by_list.setdefault(record["fair_list"], []).append(record["id"])
         pipe = self.r.pipeline(transaction=False)
-        for owner in owners:
+        for jobs_list, ids in by_list.items():
+            if len(ids) > _LOOKUPS_PER_LIST:
+                pipe.lrange(jobs_list, 0, -1)
+            else:
+                for job_id in ids:
+                    pipe.lpos(jobs_list, job_id)
+        replies = iter(pipe.execute())
+        indexes: dict[str, int] = {}
+        for ids in by_list.values():
+            if len(ids) > _LOOKUPS_PER_LIST:
+                wanted = set(ids)
+                indexes.update((job_id, i) for i, job_id in enumerate(next(replies)) if job_id in wanted)
+            else:
+                indexes.update((job_id, i) for job_id, i in zip(ids, replies) if i is not None)
+        return indexes
+
+    def _level(self, queue: str, level: int) -> "_Level":
+        owners = self.r.zrange(self.keys.fair_owners(queue, level), 0, -1, withscores=True)
+        pipe = self.r.pipeline(transaction=False)
+        for owner, _ in owners:
             pipe.llen(self.keys.fair_jobs(queue, level, owner))
-        return pipe.execute()
+        pipe.hgetall(self.keys.fair_meta(queue, level))
+        *lengths, meta = pipe.execute()
+        return _Level(dict(owners), dict(zip((o for o, _ in owners), lengths)), meta)
+
+_LOOKUPS_PER_LIST = 8  # more of a list's jobs than this at once: read the list whole
+
+
+@dataclass(frozen=True)
+class _Level:
+    """One priority level of a model queue as read at one moment: each key's start tag, its
+    number of queued jobs, and the level's meta hash (costs)."""
+    tags: dict[str, float]
+    lengths: dict[str, int]
+    meta: dict[str, str]
+
+    def cost(self, owner: str) -> float:
+        return float(self.meta.get(f"cost:{owner}", 1.0))
 
 
 def _served_before(my_tag: float, me: str, tag: float, cost: float, owner: str, n: int) -> int:

@@ -386,6 +386,13 @@ class JobStore:
         raw = self.r.hgetall(self.keys.job(job_id))
         return decode_record(raw) if raw else None
 
+    def get_many(self, job_ids: list[str]) -> list[dict[str, Any] | None]:
+        """`get` of each job, in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hgetall(self.keys.job(job_id))
+        return [decode_record(raw) if raw else None for raw in pipe.execute()]
+
     def status(self, job_id: str) -> JobStatus | None:
         value = self.r.hget(self.keys.job(job_id), "status")
         return JobStatus(value) if value else None

@@ -88,6 +88,10 @@ class Keys:
         or running; ended ones are dropped lazily, when the set looks full."""
         return f"{self.ns}:key:{key_id}:active"
 
+    def stream_leases(self, key_id: str) -> str:
+        """Sorted set: one lease per open stream of an API key (score: when it lapses)."""
+        return f"{self.ns}:key:{key_id}:streams"
+
     @property
     def broker_prefix(self) -> str:
         """Prefix kombu puts before every broker key (queues, unacked messages)."""

@@ -19,7 +19,7 @@ from __future__ import annotations
 from urllib.parse import quote, urlparse
 
 import redis
-from redis.sentinel import Sentinel
+from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from common.settings import Settings
 
@@ -41,16 +41,31 @@ def _db_and_auth(settings: Settings) -> dict:
     return {"db": db, "username": url.username or None, "password": url.password or None}
 
 
-def redis_client(settings: Settings, **options) -> redis.Redis:
+def redis_client(settings: Settings, wait_for_connection_s: float | None = None, **options) -> redis.Redis:
     """A Redis client for llmq's data, following the master when Sentinel is configured. `options`
-    are redis-py's (decode_responses, timeouts, health_check_interval, max_connections ...)."""
+    are redis-py's (decode_responses, timeouts, health_check_interval, max_connections ...).
+    With `wait_for_connection_s`, a caller that finds all `max_connections` in use waits that long
+    for one to free (then ConnectionError), where redis-py's default pool fails at once: a process
+    serving thousands of requests at a time (the API) needs a bound on its sockets, not errors."""
     sentinels = sentinel_addresses(settings)
+    blocking = {"timeout": wait_for_connection_s} if wait_for_connection_s is not None else {}
     if not sentinels:
-        return redis.Redis.from_url(settings.redis_url, **options)
+        if not blocking:
+            return redis.Redis.from_url(settings.redis_url, **options)
+        pool = redis.BlockingConnectionPool.from_url(settings.redis_url, **blocking, **options)
+        client = redis.Redis(connection_pool=pool)
+        client.auto_close_connection_pool = True
+        return client
     timeouts = {"socket_timeout": SENTINEL_TIMEOUT_S, "socket_connect_timeout": SENTINEL_TIMEOUT_S}
     manager = Sentinel(sentinels, sentinel_kwargs=timeouts)
+    pool_class = _BlockingSentinelPool if blocking else SentinelConnectionPool
     return manager.master_for(settings.redis_master_name, redis_class=redis.Redis,
-                              **_db_and_auth(settings), **options)
+                              connection_pool_class=pool_class, **_db_and_auth(settings),
+                              **blocking, **options)
+
+
+class _BlockingSentinelPool(SentinelConnectionPool, redis.BlockingConnectionPool):
+    """A pool that follows the Sentinel master and makes callers wait for a free connection."""
 
 
 def broker_url(settings: Settings) -> str:

@@ -69,6 +69,18 @@ class Settings(BaseSettings):
     max_queue: int = Field(1000, description="queued jobs above which POST answers 429")
     max_body_bytes: int = 1_000_000
     sse_heartbeat_s: float = 10.0
+    max_streams_per_process: int = Field(
+        10_000, ge=1, description="open streams one API process holds (SSE and OpenAI streams, and "
+                                  "OpenAI requests waiting for their whole answer); above it a new "
+                                  "one is answered 503 with Retry-After, before any job is queued")
+    max_streams_per_key: int = Field(
+        1000, ge=0, description="open streams of one API key across every API process (a key's "
+                                "`streams=N` overrides it); above it 429 with Retry-After; 0: no limit")
+    queue_place_interval_s: float = Field(
+        1.0, gt=0, description="how often the API works out the queue position of every job its "
+                               "streams wait on")
+    queue_place_every_s: float = Field(
+        5.0, gt=0, description="a waiting stream hears its place when it changes and at least this often")
     health_ping_timeout_s: float = 1.0
 
     # Retention
@@ -139,6 +151,8 @@ class Settings(BaseSettings):
         "", description="comma-separated CIDRs a webhook may reach although they are not public "
                         "(private, loopback, link-local...), e.g. '10.1.0.0/16'; empty: public only")
     webhook_timeout_s: float = Field(10.0, gt=0, description="per attempt: connect, and each read")
+    webhook_dns_timeout_s: float = Field(2.0, gt=0, description="how long the API waits for a "
+                                         "webhook's host to resolve when a job names it (then 422)")
     webhook_backoff_s: float = Field(5.0, gt=0, description="delay before the first retry; doubles "
                                      "each attempt (with jitter), up to webhook_backoff_max_s")
     webhook_backoff_max_s: float = Field(3600.0, gt=0)

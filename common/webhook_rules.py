@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import concurrent.futures
 import hashlib
 import hmac
 import ipaddress
 import socket
+from functools import lru_cache
 from urllib.parse import urlsplit
 
 MAX_URL_LENGTH = 2048
@@ -72,10 +74,23 @@ def address_allowed(address: str | IPAddress, allow: str) -> bool:
     return ip.is_global and not ip.is_multicast
 
 
-def resolve(host: str, port: int) -> list[str]:
-    """Every address `host` resolves to (an IP literal resolves to itself, without DNS)."""
-    infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+def resolve(host: str, port: int, timeout_s: float) -> list[str]:
+    """Every address `host` resolves to (an IP literal resolves to itself, without DNS), or
+    socket.gaierror. The lookup runs on a small pool so that the caller waits at most
+    `timeout_s`, where the system resolver may take its own timeouts times its attempts: a slow
+    DNS server then holds one request for a bounded time, not an API thread or greenlet for long."""
+    lookup = _dns_pool().submit(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+    try:
+        infos = lookup.result(timeout=timeout_s)
+    except concurrent.futures.TimeoutError:
+        raise socket.gaierror(f"no answer within {timeout_s:g} s") from None
     return sorted({info[4][0] for info in infos})
+
+
+@lru_cache(maxsize=1)
+def _dns_pool() -> concurrent.futures.ThreadPoolExecutor:
+    """Built on first use, so that under gevent it is made of greenlets (patched before)."""
+    return concurrent.futures.ThreadPoolExecutor(max_workers=8, thread_name_prefix="webhook-dns")
 
 
 # --- URLs ------------------------------------------------------------------------------------
@@ -104,12 +119,13 @@ def split_url(url: str) -> tuple[str, str, int]:
     return scheme, parts.hostname, port or (443 if scheme == "https" else 80)
 
 
-def validate_webhook_url(url: str, allow: str) -> str:
-    """The URL if it is http(s) and every address its host resolves to is allowed; otherwise
-    WebhookUrlError saying why. (`common.webhooks.validate_webhook_url` takes the settings.)"""
+def validate_webhook_url(url: str, allow: str, dns_timeout_s: float = 2.0) -> str:
+    """The URL if it is http(s) and every address its host resolves to (within `dns_timeout_s`)
+    is allowed; otherwise WebhookUrlError saying why. (`common.webhooks.validate_webhook_url`
+    takes the settings.)"""
     _, host, port = split_url(url)
     try:
-        addresses = resolve(host, port)
+        addresses = resolve(host, port, dns_timeout_s)
     except (socket.gaierror, UnicodeError) as exc:
         raise WebhookUrlError(f"host {host!r} does not resolve ({exc})") from None
     refused = [a for a in addresses if not address_allowed(a, allow)]

@@ -64,7 +64,7 @@ def validate_webhook_url(url: str, settings: Settings) -> str:
     message tells the client why). Webhooks are off without a signing secret."""
     if not settings.webhook_secrets.strip():
         raise WebhookUrlError("webhooks are not enabled on this server (no signing secret is set)")
-    return _validate_url(url, settings.webhook_allow_networks)
+    return _validate_url(url, settings.webhook_allow_networks, settings.webhook_dns_timeout_s)
 
 
 class Webhooks:

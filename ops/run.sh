@@ -19,7 +19,9 @@ else
   start_bg worker "$PY" -m worker --cpus "${LLMQ_CPUS:-0-$(($(nproc) - 1))}"
 fi
 start_bg control "$PY" -m worker.control  # no model: webhook deliveries, batch steps
-API=("$PY" -m gunicorn -k gthread --threads 64 -w 1 -b "127.0.0.1:$API_PORT" api.wsgi:app)
+# gevent workers: a waiting stream costs a greenlet, not a thread (ops/gunicorn.conf.py, which also
+# raises the open-file limit as far as the hard limit allows)
+API=("$PY" -m gunicorn -c ops/gunicorn.conf.py -w 1 -b "127.0.0.1:$API_PORT" api.wsgi:app)
 if [ "${LLMQ_ENGINE:-}" = vllm ] && command -v taskset >/dev/null; then
   # beside vLLM on CPU the API runs on the worker's service cores, off the core the model computes
   # on, and below the priority of vLLM's engine core, which schedules every step from there

@@ -33,7 +33,8 @@ def test_services_healthchecks_and_profiles(compose):
     for name in ("sentinel-1", "sentinel-2", "sentinel-3"):
         assert "sentinel monitor llmq redis 6379 2" in services[name]["command"][-1]
     api_cmd = " ".join(services["api"]["command"])
-    assert "gunicorn" in api_cmd and "gthread" in api_cmd and "api.wsgi:app" in api_cmd
+    assert "gunicorn" in api_cmd and "ops/gunicorn.conf.py" in api_cmd and "api.wsgi:app" in api_cmd
+    assert services["api"]["ulimits"]["nofile"]["soft"] >= 20_000  # a socket per open stream
     assert "flower" in services["flower"]["command"]
     assert services["worker-gpu"]["environment"]["LLMQ_ENGINE"] == "vllm"
     assert services["worker-control"]["command"][:3] == ["python3", "-m", "worker.control"]

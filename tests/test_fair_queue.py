@@ -93,6 +93,24 @@ def test_reported_positions_are_the_pick_order(store):
     assert [pick(store) for _ in queued] == predicted
 
 
+def test_positions_of_a_whole_queue_at_once_are_the_pick_order(store):
+    """What each waiting stream is told (one read per list for many jobs) is what each job's own
+    position says, and the order the jobs are picked in; jobs not queued are left out."""
+    rng = random.Random(11)
+    for _ in range(80):  # lists of 20 and more: read whole, not job by job
+        queue_job(store, rng.choice(["a", "b", "c"]), rng.choice(["high", "normal", "low"]),
+                  weight=rng.choice([1, 2]))
+    taken = [pick(store) for _ in range(9)]
+    queued = store.r.zrange(store.keys.queued, 0, -1)
+    lonely = queue_job(store, "d")  # alone in its list: looked up, not read whole
+    records = store.get_many([*queued, lonely, *taken])
+    positions = store.fair.positions(records)
+    assert set(positions) == {*queued, lonely}
+    assert positions == {job: position(store, job) for job in [*queued, lonely]}
+    predicted = sorted(positions, key=positions.get)
+    assert [pick(store) for _ in predicted] == predicted
+
+
 def test_cancelled_jobs_leave_and_tickets_resume_what_they_took(store):
     first, second, third = (queue_job(store, "a") for _ in range(3))
     assert store.request_cancel(second) == "cancelled"

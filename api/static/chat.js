@@ -76,6 +76,16 @@ function setInfo(div, text) {
   info.textContent = text;
 }
 
+// A queued job's place in line, from a `queued` event or the job's record.
+function placeText(place) {
+  let text = `queued · #${place.queue_position} in line`;
+  if (place.estimated_start) {
+    const secs = Math.max(0, Math.round(place.estimated_start - Date.now() / 1000));
+    text += ` · starts in ~${secs} s`;
+  }
+  return text;
+}
+
 function showContext(usage) {
   const total = state.config ? state.config.context_length : "?";
   $("ctx").textContent = `${usage.total_tokens} / ${total}`;
@@ -139,13 +149,13 @@ async function send(prompt) {
   trackJob(job, prompt.slice(0, 24));
   state.current = { id: job.id, controller: new AbortController() };
   $("stop").disabled = false;
-  $("state").textContent = job.status;
-  let firstChunkAt = null, lastId = null, done = null;
+  $("state").textContent = job.queue_position ? placeText(job) : job.status;
+  let firstChunkAt = null, lastId = null, done = null, placed = false;
   const poll = setInterval(async () => {  // live tokens/s from the job's token count
     try {
       const rec = await api(`/v1/jobs/${job.id}`);
       updateJob(job.id, rec.status);
-      if (!done) $("state").textContent = rec.status;
+      if (!done && !(placed && rec.status === "queued")) $("state").textContent = rec.status;
       if (firstChunkAt && rec.usage.completion_tokens > 1 && !done) {
         const secs = (performance.now() - firstChunkAt) / 1000;
         $("tps").textContent = (rec.usage.completion_tokens / Math.max(secs, 0.05)).toFixed(1);
@@ -158,7 +168,12 @@ async function send(prompt) {
       try {
         for await (const ev of sseEvents(`/v1/jobs/${job.id}/events`, lastId, state.current.controller.signal)) {
           if (ev.id) lastId = ev.id;
-          if (ev.event === "chunk") {
+          if (ev.event === "queued") {
+            placed = true;
+            $("state").textContent = placeText(ev.data);
+            setInfo(bubble, placeText(ev.data));
+          } else if (ev.event === "chunk") {
+            if (placed) { placed = false; setInfo(bubble, ""); }
             firstChunkAt = firstChunkAt || performance.now();
             text.textContent += ev.data.text;
             bubble.scrollIntoView({ block: "end" });

@@ -1,0 +1,533 @@
+"""The API's front door: how one API process holds thousands of concurrent streaming clients whose
+jobs mostly wait in the queue.
+
+    .venv/bin/python bench/front_door.py --levels 100,1000,5000
+    .venv/bin/python bench/front_door.py --levels 50,300 --hold-s 12 --tps-s 8   # a quick check
+
+Under load most streams follow jobs that wait for the model, so what the API must do well is
+wait. A waiting stream must cost no thread: a thread-per-request server answers only as many
+clients as it has threads, and the rest sit unanswered in its accept queue. And every waiting
+client must hear its place in line (the `: queued {...}` comments of the stream) soon after it
+arrives, not once a thread frees up.
+
+Servers (`--servers`, each on a stack of its own, one after the other in one run; bench/stack.py):
+- gthread: gunicorn's thread-per-request worker with 64 threads, the model the API used before;
+- gevent: the API's own settings (ops/gunicorn.conf.py), one greenlet per stream.
+Both run one API process and one model worker (`--model`, by default the embedded SmolLM2-135M).
+
+For each level N (`--levels`), N clients open a streaming chat completion at once from one aiohttp
+session (a connection each) and read until `[DONE]` or until `--hold-s` after the level's start,
+when they close (the server then cancels their jobs). So most jobs wait: the worker finishes those
+at the front and the rest are cut. Per level:
+- headers: time from sending the request to the response headers; a client still without them at
+  hold-s is an error ("no headers");
+- first place: time from sending to the first `: queued` comment; "late places" counts clients
+  that waited (their job was in the queue when their headers came, checked in Redis, or they heard
+  a place) yet had neither heard their place nor received a token 2 s after their headers;
+- completed (saw `[DONE]`), cut (closed at hold-s: expected), errors by kind;
+- the API serving process's memory per 1,000 open streams (its RSS once every client has its
+  headers or an error, less its RSS before the level), its CPU seconds per 1,000 clients (the
+  level and its teardown: the disconnects and cancels), and Redis's connected clients then (the
+  benchmark's own two included).
+After the levels: tokens/s with 16 clients streaming back to back for `--tps-s`, to show that the
+front door does not slow the engine.
+
+Output: a markdown table on stdout, everything as JSON in `--out` (front_door-<stamp>.json), the
+stacks' logs in `--out`/logs/front_door-<server>/. Loopback only. Every level is bounded by
+--hold-s, every wait for the queue to drain by --settle-s, and the stacks are always stopped.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import resource
+import shlex
+import signal
+import sys
+import time
+import uuid
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import aiohttp
+import psutil
+import redis
+import redis.asyncio as aioredis
+import requests
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.stack import Stack  # noqa: E402
+from common.keys import Keys  # noqa: E402
+
+STACK_ENV = {"LLMQ_MAX_QUEUE": "100000",  # the default refuses jobs past 1,000 queued
+             "LLMQ_MAX_STREAMS_PER_PROCESS": "20000",
+             "LLMQ_LOG_LEVEL": "WARNING"}  # an access log line per request costs CPU at thousands
+LATE_PLACE_S = 2.0  # a waiting client should hear its place within this of its headers
+TPS_CLIENTS, TPS_MAX_TOKENS = 16, 64
+FDS_PER_CLIENT = 2
+
+
+def log(message: str) -> None:
+    print(f"[front_door {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+# --- one streaming client ------------------------------------------------------------------
+
+@dataclass
+class Client:
+    """What one streaming client saw; times are seconds from sending its request."""
+    index: int
+    headers_s: float | None = None
+    first_place_s: float | None = None
+    first_token_s: float | None = None  # the first data line after the role chunk
+    ended_s: float | None = None  # when it stopped reading, whatever the reason
+    status: int | None = None
+    job_id: str | None = None
+    queued_at_headers: bool | None = None  # its job was in the queue when its headers came
+    completed: bool = False
+    cut: bool = False
+    error: str | None = None
+    completion_tokens: int = 0
+
+    @property
+    def answered(self) -> bool:
+        """It has its headers or an error: the server has dealt with its arrival."""
+        return self.headers_s is not None or self.error is not None
+
+    @property
+    def open(self) -> bool:
+        return self.status == 200 and self.ended_s is None
+
+    @property
+    def waited(self) -> bool:
+        return bool(self.queued_at_headers) or self.first_place_s is not None
+
+    @property
+    def heard_place_late(self) -> bool:
+        """It waited, and 2 s after its headers it had heard neither its place nor a token,
+        though it was still reading."""
+        if not self.waited or self.headers_s is None:
+            return False
+        limit = self.headers_s + LATE_PLACE_S
+        told = [t for t in (self.first_place_s, self.first_token_s) if t is not None]
+        return not (told and min(told) <= limit) and (self.ended_s is None or self.ended_s > limit)
+
+
+def chat_body(model: str, prompt: str, max_tokens: int) -> dict:
+    return {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
+            "stream": True, "stream_options": {"include_usage": True}}
+
+
+async def read_stream(resp: aiohttp.ClientResponse, client: Client, t0: float) -> None:
+    """Read the SSE lines until `[DONE]`, noting the first place, the first token and the usage."""
+    data_lines = 0
+    async for raw in resp.content:
+        line = raw.decode("utf-8", "replace").rstrip("\r\n")
+        if line.startswith(": queued"):
+            if client.first_place_s is None:
+                client.first_place_s = time.monotonic() - t0
+        elif line.startswith("data:"):
+            payload = line[5:].strip()
+            if payload == "[DONE]":
+                client.completed = True
+                return
+            data_lines += 1
+            if data_lines == 2:
+                client.first_token_s = time.monotonic() - t0
+            body = json.loads(payload)
+            if body.get("error"):
+                client.error = f"stream error {body['error'].get('type') or body['error'].get('code')}"
+            if body.get("usage"):
+                client.completion_tokens = body["usage"]["completion_tokens"]
+
+
+async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict, client: Client,
+                      deadline: float, on_headers=None) -> None:
+    """One streaming chat, read until `[DONE]` or `deadline` (loop time), then closed: a client
+    that leaves before the end has its job cancelled by the server."""
+    t0 = time.monotonic()
+    hold = asyncio.timeout_at(deadline)
+    try:
+        async with hold:
+            async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
+                client.headers_s, client.status = time.monotonic() - t0, resp.status
+                if resp.status != 200:
+                    client.error = f"status {resp.status}"
+                    return
+                client.job_id = resp.headers.get("X-LLMQ-Job-Id")
+                if on_headers:
+                    on_headers(client)
+                await read_stream(resp, client, t0)
+                if not client.completed and client.error is None:
+                    client.error = "ended without [DONE]"
+    except TimeoutError:
+        if not hold.expired():  # aiohttp's own timeouts are TimeoutErrors too
+            client.error = "client timeout"
+        elif client.headers_s is None:
+            client.error = "no headers"
+        else:
+            client.cut = True
+    except (aiohttp.ClientError, OSError, ValueError) as exc:
+        client.error = type(exc).__name__
+    finally:
+        client.ended_s = time.monotonic() - t0
+
+
+def client_session() -> aiohttp.ClientSession:
+    """One connection per client, none reused, no client-side cap on connections; deadlines
+    come from each client's hold, not from aiohttp."""
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None))
+
+
+# --- watching the server during a level ---------------------------------------------------
+
+class QueueProbe:
+    """Whether each client's job is in the queue when its headers come: job ids are gathered and
+    asked about in one ZMSCORE every 50 ms, so thousands of clients cost Redis a few calls."""
+
+    def __init__(self, client: aioredis.Redis, queued_key: str):
+        self.redis, self.key = client, queued_key
+        self.pending: list[Client] = []
+
+    def note(self, client: Client) -> None:
+        if client.job_id:
+            self.pending.append(client)
+
+    async def flush(self) -> None:
+        batch, self.pending = self.pending, []
+        if batch:
+            scores = await self.redis.zmscore(self.key, [c.job_id for c in batch])
+            for client, score in zip(batch, scores):
+                client.queued_at_headers = score is not None
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            await self.flush()
+
+
+def cpu_seconds(proc: psutil.Process) -> float:
+    times = proc.cpu_times()
+    return times.user + times.system
+
+
+def api_process(stack: Stack) -> psutil.Process:
+    """The gunicorn worker that serves the requests (the master only supervises it)."""
+    children = psutil.Process(stack.api_proc.pid).children()
+    if len(children) != 1:
+        raise RuntimeError(f"expected one API worker process, found {len(children)}")
+    return children[0]
+
+
+def api_connections(api: psutil.Process, port: int) -> int:
+    """Client connections the API process still holds (a stream ends on the server only when it
+    next writes to the closed socket)."""
+    return sum(1 for c in api.net_connections("tcp")
+               if c.laddr and c.laddr.port == port and c.status != psutil.CONN_LISTEN)
+
+
+async def sample_when_answered(clients: list[Client], latest: float, api: psutil.Process,
+                               redis_client: aioredis.Redis, level_start: float) -> dict:
+    """The API's RSS, Redis's clients and the open streams, once every client has its headers
+    or an error (or at `latest`, loop time, if that never happens)."""
+    while time.monotonic() < latest and not all(c.answered for c in clients):
+        await asyncio.sleep(0.25)
+    info = await redis_client.info("clients")
+    return {"at_s": round(time.monotonic() - level_start, 2), "all_answered": all(c.answered for c in clients),
+            "api_rss": api.memory_info().rss, "redis_clients": info["connected_clients"],
+            "open_streams": sum(c.open for c in clients)}
+
+
+async def settle(stack: Stack, api: psutil.Process, redis_client: aioredis.Redis, timeout: float) -> dict:
+    """Wait until no job is queued and the API holds no client connection (its streams have
+    noticed their clients left and cancelled their jobs), at most `timeout` s."""
+    queued_key, start = Keys(stack.env["LLMQ_NAMESPACE"]).queued, time.monotonic()
+    while True:
+        depth, connections = await redis_client.zcard(queued_key), api_connections(api, stack.port)
+        waited = time.monotonic() - start
+        if (depth == 0 and connections == 0) or waited >= timeout:
+            return {"settled": depth == 0 and connections == 0, "settle_s": round(waited, 1),
+                    "queue_depth_left": depth, "api_connections_left": connections}
+        await asyncio.sleep(1)
+
+
+# --- one level -----------------------------------------------------------------------------
+
+async def run_level(stack: Stack, model: str, clients_count: int, args, run_tag: str) -> dict:
+    """`clients_count` clients stream at once for at most hold-s; then wait for the queue to drain."""
+    api = api_process(stack)
+    redis_client = aioredis.Redis.from_url(stack.redis_url)
+    try:
+        redis_before = (await redis_client.info("clients"))["connected_clients"]
+        rss_before, cpu_before = api.memory_info().rss, cpu_seconds(api)
+        probe = QueueProbe(redis_client, Keys(stack.env["LLMQ_NAMESPACE"]).queued)
+        clients = [Client(i) for i in range(clients_count)]
+        level_start = time.monotonic()
+        deadline = level_start + args.hold_s
+        async with client_session() as session:
+            probe_task = asyncio.create_task(probe.run())
+            sampler = asyncio.create_task(sample_when_answered(
+                clients, level_start + args.hold_s / 2, api, redis_client, level_start))
+            bodies = [chat_body(model, f"Say hello to user {c.index} of run {run_tag}.", args.max_tokens)
+                      for c in clients]
+            await asyncio.gather(*(stream_chat(session, stack.url, body, client, deadline, probe.note)
+                                   for body, client in zip(bodies, clients)))
+            sample = await sampler
+            probe_task.cancel()
+            await probe.flush()
+        clients_s = time.monotonic() - level_start
+        cpu_clients = cpu_seconds(api) - cpu_before
+        log(f"  clients done in {clients_s:.1f} s; waiting for the queue to drain")
+        settled = await settle(stack, api, redis_client, args.settle_s)
+        cpu_level = cpu_seconds(api) - cpu_before
+    finally:
+        await redis_client.aclose()
+    restarted = api.pid != api_process(stack).pid
+    return summarize_level(clients, sample, rss_before, cpu_clients, cpu_level,
+                           {"redis_clients_before": redis_before, "clients_s": round(clients_s, 1),
+                            "api_worker_restarted": restarted, **settled})
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    """Nearest-rank percentile; None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def rounded(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def summarize_level(clients: list[Client], sample: dict, rss_before: int, cpu_clients: float,
+                    cpu_level: float, extra: dict) -> dict:
+    headers = [c.headers_s for c in clients if c.status == 200]
+    places = [c.first_place_s for c in clients if c.first_place_s is not None]
+    late = [c for c in clients if c.heard_place_late]
+    n, open_streams = len(clients), sample["open_streams"]
+    rss_delta_kib = (sample["api_rss"] - rss_before) / 1024
+    return {
+        "clients": n,
+        "headers_s": {f"p{q}": rounded(percentile(headers, q)) for q in (50, 95, 99, 100)},
+        "first_place_s": {f"p{q}": rounded(percentile(places, q)) for q in (50, 95, 100)},
+        "placed": len(places),
+        "waited": sum(c.waited for c in clients),
+        "queued_at_headers": sum(bool(c.queued_at_headers) for c in clients),
+        "late_places": len(late),
+        "late_never_placed": sum(c.first_place_s is None for c in late),
+        "completed": sum(c.completed for c in clients),
+        "cut": sum(c.cut for c in clients),
+        "errors": dict(Counter(c.error for c in clients if c.error).most_common()),
+        "sample": sample,
+        "api_rss_before_mib": round(rss_before / 2**20, 1),
+        "api_rss_at_sample_mib": round(sample["api_rss"] / 2**20, 1),
+        "rss_kib_per_1000_streams": round(rss_delta_kib / open_streams * 1000) if open_streams else None,
+        "api_cpu_s_clients": round(cpu_clients, 2),
+        "api_cpu_s_level": round(cpu_level, 2),
+        "cpu_s_per_1000_clients": round(cpu_level / n * 1000, 2),
+        "late_examples": [asdict(c) for c in late[:5]],
+        **extra,
+    }
+
+
+# --- model speed ----------------------------------------------------------------------------
+
+async def tokens_per_second(url: str, model: str, seconds: float, run_tag: str) -> dict:
+    """16 clients stream chats back to back for `seconds`: completion tokens of the requests that
+    finished inside the window, over the window."""
+    window_end = time.monotonic() + seconds
+    finished: list[Client] = []
+
+    async def one_client(worker: int, session: aiohttp.ClientSession) -> None:
+        for turn in range(10**6):
+            if time.monotonic() >= window_end:
+                return
+            client = Client(turn)
+            body = chat_body(model, f"Tell user {worker}.{turn} of run {run_tag} a short story.", TPS_MAX_TOKENS)
+            await stream_chat(session, url, body, client, window_end)
+            finished.append(client)
+
+    async with client_session() as session:
+        await asyncio.gather(*(one_client(w, session) for w in range(TPS_CLIENTS)))
+    done = [c for c in finished if c.completed and not c.error]
+    tokens = sum(c.completion_tokens for c in done)
+    return {"clients": TPS_CLIENTS, "window_s": seconds, "requests_completed": len(done),
+            "completion_tokens": tokens, "tokens_per_s": round(tokens / seconds, 1),
+            "errors": dict(Counter(c.error for c in finished if c.error))}
+
+
+# --- one server ------------------------------------------------------------------------------
+
+def served_model(url: str, timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        data = requests.get(f"{url}/v1/models", timeout=10).json().get("data")
+        if data:
+            return data[0]["id"]
+        if time.monotonic() > deadline:
+            raise TimeoutError("no model served")
+        time.sleep(1)
+
+
+async def warm_up(url: str, model: str, run_tag: str) -> None:
+    """A couple of requests first: the first ones load the tokenizer and warm the model."""
+    async with client_session() as session:
+        for i in range(2):
+            client = Client(i)
+            await stream_chat(session, url, chat_body(model, f"Warm up {i} of run {run_tag}.", 8),
+                              client, time.monotonic() + 120)
+            if not client.completed:
+                raise RuntimeError(f"warm-up request failed: {client.error}")
+
+
+def run_server(server: str, args, run_id: str) -> dict:
+    """Start a stack with this API server, run every level and the tokens/s check, stop it."""
+    log_dir = args.out / "logs" / f"front_door-{server}"
+    log(f"{server}: starting a stack (logs in {log_dir})")
+    stack = Stack(args.redis_url, args.model, log_dir, STACK_ENV, api_server=server)
+    result: dict = {"logs": str(log_dir), "namespace": stack.env["LLMQ_NAMESPACE"], "levels": []}
+    try:
+        stack.wait_ready(args.ready_s)
+        model = served_model(stack.url)
+        asyncio.run(warm_up(stack.url, model, run_id))
+        for clients in args.levels:
+            log(f"{server}: {clients} clients")
+            row = asyncio.run(run_level(stack, model, clients, args, f"{run_id}-{server}-{clients}"))
+            log(f"{server}: {clients} clients: " + json.dumps({k: v for k, v in row.items() if k != "late_examples"}))
+            result["levels"].append(row)
+        log(f"{server}: tokens/s at {TPS_CLIENTS} clients for {args.tps_s} s")
+        result["tokens_per_s"] = asyncio.run(tokens_per_second(stack.url, model, args.tps_s, f"{run_id}-{server}"))
+        log(f"{server}: " + json.dumps(result["tokens_per_s"]))
+    finally:
+        log(f"{server}: stopping the stack")
+        stack.stop()
+    return result
+
+
+# --- report ----------------------------------------------------------------------------------
+
+def fmt(value, digits: int = 2) -> str:
+    if value is None:
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def print_tables(results: dict) -> None:
+    print("\n| server | clients | headers p50/p95/p99/max s | first place p50/p95/max s | late places | "
+          "completed | cut | errors | API RSS KiB/1k streams (MiB) | API CPU s/1k clients | Redis clients |")
+    print("|---|---:|---|---|---:|---:|---:|---|---:|---:|---:|")
+    for server, result in results.items():
+        for row in result.get("levels", []):
+            h, p = row["headers_s"], row["first_place_s"]
+            errors = ", ".join(f"{kind}: {count}" for kind, count in row["errors"].items()) or "0"
+            print(f"| {server} | {row['clients']} | {fmt(h['p50'])}/{fmt(h['p95'])}/{fmt(h['p99'])}/{fmt(h['p100'])} "
+                  f"| {fmt(p['p50'])}/{fmt(p['p95'])}/{fmt(p['p100'])} | {row['late_places']} | {row['completed']} "
+                  f"| {row['cut']} | {errors} | {fmt(row['rss_kib_per_1000_streams'])} ({row['api_rss_at_sample_mib']}) "
+                  f"| {fmt(row['cpu_s_per_1000_clients'])} | {row['sample']['redis_clients']} |")
+    print(f"\n| server | tokens/s at {TPS_CLIENTS} clients | requests completed | errors |")
+    print("|---|---:|---:|---|")
+    for server, result in results.items():
+        tps = result.get("tokens_per_s")
+        if tps:
+            print(f"| {server} | {tps['tokens_per_s']} | {tps['requests_completed']} | {tps['errors'] or 0} |")
+    ratio = tokens_ratio(results)
+    if ratio is not None:
+        print(f"\ntokens/s gevent/gthread: {ratio:.2f}x")
+    for server, result in results.items():
+        if "error" in result:
+            print(f"\n{server}: did not finish: {result['error']}")
+
+
+def tokens_ratio(results: dict) -> float | None:
+    try:
+        return (results["gevent"]["tokens_per_s"]["tokens_per_s"]
+                / results["gthread"]["tokens_per_s"]["tokens_per_s"])
+    except (KeyError, ZeroDivisionError):
+        return None
+
+
+# --- main ------------------------------------------------------------------------------------
+
+def raise_open_files(largest_level: int) -> dict:
+    """The client holds a socket per client: raise its soft open-file limit to the hard one."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    needed = FDS_PER_CLIENT * largest_level + 100
+    enough = hard == resource.RLIM_INFINITY or hard >= needed
+    if not enough:
+        print(f"WARNING: the open-file hard limit {hard} is below the {needed} the largest level "
+              f"({largest_level} clients) needs: clients past it will fail (raise it: ulimit -Hn)")
+    return {"soft_before": soft, "hard": hard, "needed": needed, "enough": enough}
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--servers", type=lambda s: s.split(","), default=["gthread", "gevent"],
+                        help="API servers to run, one stack each, in this order: gthread,gevent")
+    parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[100, 1000, 5000],
+                        help="concurrent streaming clients of each level")
+    parser.add_argument("--max-tokens", type=int, default=8, help="max_tokens of each level's requests")
+    parser.add_argument("--hold-s", type=float, default=30.0,
+                        help="clients read until [DONE] or this long after the level's start, then close")
+    parser.add_argument("--tps-s", type=float, default=20.0, help="window of the tokens/s check")
+    parser.add_argument("--settle-s", type=float, default=120.0,
+                        help="after a level, wait at most this long for the queue to drain")
+    parser.add_argument("--ready-s", type=float, default=300.0, help="wait at most this long for a stack")
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"),
+                        help="folder of the JSON result (front_door-<stamp>.json) and of the logs")
+    args = parser.parse_args()
+    unknown = set(args.servers) - {"gthread", "gevent"}
+    if unknown:
+        parser.error(f"unknown servers: {', '.join(sorted(unknown))}")
+    return args
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM as Ctrl-C, so the stacks are stopped either way."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+    signal.signal(signal.SIGTERM, interrupt)
+
+
+def main() -> int:
+    args = parse_args()
+    command = shlex.join(sys.orig_argv)
+    print(f"command: {command}")
+    stop_on_sigterm()
+    open_files = raise_open_files(max(args.levels))
+    run_id = uuid.uuid4().hex[:6]
+    results: dict[str, dict] = {}
+    interrupted = False
+    try:
+        for server in args.servers:
+            try:
+                results[server] = run_server(server, args, run_id)
+            except (RuntimeError, TimeoutError, OSError, redis.RedisError, requests.RequestException) as exc:
+                log(f"{server}: failed: {exc!r}")
+                results[server] = {"error": repr(exc)}
+    except KeyboardInterrupt:
+        log("interrupted: writing what was measured")
+        interrupted = True
+    print_tables(results)
+    args.out.mkdir(parents=True, exist_ok=True)
+    path = args.out / f"front_door-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"command": command, "args": {k: str(v) for k, v in vars(args).items()},
+                                "stack_env": STACK_ENV, "open_files": open_files, "cpus": psutil.cpu_count(),
+                                "interrupted": interrupted, "results": results,
+                                "tokens_per_s_gevent_over_gthread": tokens_ratio(results)}, indent=2))
+    print(f"\nresults: {path}")
+    return 130 if interrupted else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
