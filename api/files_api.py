@@ -71,12 +71,12 @@ def upload():
         content = data.decode("utf-8")
     except UnicodeDecodeError:
         raise ApiError(400, "invalid_file_format", "a batch file must be UTF-8 text (JSONL)", param="file")
-    lines = count_lines(content)
+    lines = count_lines(content, most=settings.file_max_lines)
     if lines > settings.file_max_lines:
-        raise ApiError(413, "too_many_lines", f"the file has {lines} lines; a batch input file may "
-                                              f"have at most {settings.file_max_lines}", param="file")
+        raise ApiError(413, "too_many_lines", f"the file has more than {settings.file_max_lines} "
+                                              "lines, the most a batch input file may have", param="file")
     filename = (upload_.filename or "upload.jsonl")[:255]
-    meta = services().files.create(owner_id(), filename, purpose, content)
+    meta = services().files.create(owner_id(), filename, purpose, content, lines=lines)
     return jsonify(file_object(meta))
 
 

@@ -11,6 +11,7 @@ import uuid
 
 from api.auth import allowed_priority, current_key
 from api.errors import ApiError
+from api.offload import off_the_loop
 from api.services import Services
 from common.celery_app import TASK_GENERATE, task_options
 from common.prompting import TemplateError
@@ -58,7 +59,7 @@ def prepare_job(svc: Services, req: JobRequest, owner: str | None, priority: str
                                                f"this deployment serves {model.name!r}")
     messages = [m.model_dump() for m in req.messages] if req.messages else None
     try:
-        _, prompt_ids = builder.build(messages, req.prompt)
+        _, prompt_ids = off_the_loop(builder.build, messages, req.prompt)
     except TemplateError as exc:
         raise ApiError(422, "validation_error", f"messages: {exc}")
     sampling = _sampling_within_context(svc, req, len(prompt_ids), builder.context_length)

@@ -28,7 +28,7 @@ at the front and the rest are cut. Per level:
 - the API serving process's memory per 1,000 open streams (its RSS once every client has its
   headers or an error, less its RSS before the level), its CPU seconds per 1,000 clients (the
   level and its teardown: the disconnects and cancels), and Redis's connected clients then (the
-  benchmark's own two included).
+  benchmark's own one or two included).
 After the levels: tokens/s with 16 clients streaming back to back for `--tps-s`, to show that the
 front door does not slow the engine.
 
@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import math
 import resource
@@ -346,7 +347,7 @@ async def tokens_per_second(url: str, model: str, seconds: float, run_tag: str) 
     finished: list[Client] = []
 
     async def one_client(worker: int, session: aiohttp.ClientSession) -> None:
-        for turn in range(10**6):
+        for turn in itertools.count():
             if time.monotonic() >= window_end:
                 return
             client = Client(turn)
@@ -387,12 +388,13 @@ async def warm_up(url: str, model: str, run_tag: str) -> None:
                 raise RuntimeError(f"warm-up request failed: {client.error}")
 
 
-def run_server(server: str, args, run_id: str) -> dict:
-    """Start a stack with this API server, run every level and the tokens/s check, stop it."""
+def run_server(server: str, args, run_id: str, result: dict) -> None:
+    """Start a stack with this API server, run every level and the tokens/s check, stop it;
+    `result` fills as it goes, so an interrupted run keeps what it measured."""
     log_dir = args.out / "logs" / f"front_door-{server}"
     log(f"{server}: starting a stack (logs in {log_dir})")
     stack = Stack(args.redis_url, args.model, log_dir, STACK_ENV, api_server=server)
-    result: dict = {"logs": str(log_dir), "namespace": stack.env["LLMQ_NAMESPACE"], "levels": []}
+    result.update({"logs": str(log_dir), "namespace": stack.env["LLMQ_NAMESPACE"], "levels": []})
     try:
         stack.wait_ready(args.ready_s)
         model = served_model(stack.url)
@@ -408,7 +410,6 @@ def run_server(server: str, args, run_id: str) -> dict:
     finally:
         log(f"{server}: stopping the stack")
         stack.stop()
-    return result
 
 
 # --- report ----------------------------------------------------------------------------------
@@ -510,14 +511,17 @@ def main() -> int:
     interrupted = False
     try:
         for server in args.servers:
+            results[server] = {}
             try:
-                results[server] = run_server(server, args, run_id)
-            except (RuntimeError, TimeoutError, OSError, redis.RedisError, requests.RequestException) as exc:
+                run_server(server, args, run_id, results[server])
+            except (RuntimeError, TimeoutError, OSError, psutil.Error, redis.RedisError,
+                    requests.RequestException) as exc:
                 log(f"{server}: failed: {exc!r}")
-                results[server] = {"error": repr(exc)}
+                results[server]["error"] = repr(exc)
     except KeyboardInterrupt:
         log("interrupted: writing what was measured")
         interrupted = True
+    print(f"\ncommand: {command}")
     print_tables(results)
     args.out.mkdir(parents=True, exist_ok=True)
     path = args.out / f"front_door-{time.strftime('%Y%m%d-%H%M%S')}.json"

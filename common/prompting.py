@@ -56,7 +56,9 @@ class PromptBuilder:
             raise TemplateError(str(exc)) from exc
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
-        return self.tokenizer.encode(text, add_special_tokens=add_special_tokens).ids
+        # the batch form releases the GIL while it computes (the single one does not), so a long
+        # prompt does not hold the caller's other threads (api/offload.py)
+        return self.tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
     def build(self, messages: list[dict] | None, prompt: str | None) -> tuple[str, list[int]]:
         """(prompt text, token ids). Chat templates carry their own special tokens."""

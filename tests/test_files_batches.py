@@ -7,10 +7,13 @@ import json
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from api import create_app
 from api.auth import hash_key
 from common.batches import line_job_id
+from common.files import count_lines
 from tests.batch_helpers import chat_line, jsonl
 from tests.conftest import cleanup_namespace, make_settings
 from worker.batch_runner import BatchRunner
@@ -257,3 +260,20 @@ def test_a_stalled_batch_tops_up_the_tickets_of_its_queued_lines(stack):
     assert not BatchRunner(svc).advance(batch_id)
     assert tickets() == before + 3 and svc.batches.get(batch_id)["topped_up_at"]
     assert not BatchRunner(svc).advance(batch_id) and tickets() == before + 3  # once per stall period
+
+
+@given(st.lists(st.tuples(st.sampled_from(["", " ", "\t", "x", "{} ", " a b"]),
+                          st.sampled_from(["\n", "\r", "\r\n", "\x0b", "\x0c", "\x1c", "\x85", "\u2028",
+                                           " \n", "\t\r\n"])), max_size=40),
+       st.sampled_from(["", "z", " "]))
+def test_line_count_is_the_runners_count_of_non_blank_lines(pieces, tail):
+    """The upload's count (read in slices, for a large file) agrees with how the batch runner
+    splits the file into requests."""
+    content = "".join(text + sep for text, sep in pieces) + tail
+    assert count_lines(content) == sum(1 for line in content.splitlines() if line.strip())
+
+
+def test_line_count_stops_past_the_limit_and_spans_slices():
+    content = "x\n" * 1_500_000  # 3 MB: three slices
+    assert count_lines(content) == 1_500_000
+    assert 50_000 < count_lines(content, most=50_000) < 1_500_000

@@ -153,6 +153,7 @@ def test_stream_limits_answer_at_once_with_retry_after_and_queue_nothing(bounded
     assert all(int(r.headers["Retry-After"]) > 0 for r in over)
     assert over[2].json()["error"]["code"] == "too_many_streams"  # OpenAI's error shape there
     assert queue_depth(settings) == 3
+    assert "llmq_api_open_streams 3.0" in requests.get(f"{url}/metrics", timeout=10).text
 
     # a stream that closes gives its slot back (noticed at its next heartbeat)
     first.close()
