@@ -3,6 +3,7 @@ per app and kept in `app.extensions['llmq']`."""
 from __future__ import annotations
 
 import threading
+import time
 
 from celery import Celery
 from flask import current_app
@@ -48,6 +49,15 @@ class Services:
         self.batches = BatchStore(self.redis, self.keys, settings.batch_ttl_s)
         self._lock = threading.Lock()
         self._model: tuple[ModelRef, PromptBuilder] | None = None
+        self._swept_at = 0.0
+
+    def sweep_expired(self) -> None:
+        """Expire queued jobs past their deadline, at most once a second per process: a burst of
+        thousands of submissions needs one sweep, not one each (workers sweep on their own too)."""
+        now = time.monotonic()
+        if now - self._swept_at >= 1.0:
+            self._swept_at = now
+            self.store.sweep_expired()
 
     @property
     def celery(self) -> Celery:

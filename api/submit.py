@@ -36,12 +36,16 @@ def submit_job(svc: Services, req: JobRequest) -> tuple[int, dict]:
                   **_deadlines(svc, req, fields["created_at"]))
     job_id = fields["id"]
     coalesce = digest if svc.settings.coalesce else None
-    svc.store.sweep_expired()  # long-queued jobs leave the queue before we count it
+    svc.sweep_expired()
     with svc.limits.concurrency_slot(key, job_id):
         if coalesce and svc.store.attach(job_id, fields, coalesce):
             return 202, svc.store.get(job_id)  # rides on an identical queued or running job
-        if not svc.store.create(job_id, fields, svc.settings.max_queue,
-                                weight=key.weight if key else 1.0, digest=coalesce):
+
+        def create() -> bool:
+            return svc.store.create(job_id, fields, svc.settings.max_queue,
+                                    weight=key.weight if key else 1.0, digest=coalesce)
+        # a full queue may be full of jobs past their deadline: they leave it, and we count again
+        if not create() and not (svc.store.sweep_expired() and create()):
             raise ApiError(429, "queue_full", f"{svc.settings.max_queue} jobs are already waiting; "
                                               "retry later", {"Retry-After": str(_retry_after(svc))})
         _send_ticket(svc, job_id, fields)

@@ -245,16 +245,33 @@ async def sample_when_answered(clients: list[Client], latest: float, api: psutil
             "open_streams": sum(c.open for c in clients)}
 
 
+async def backlog(redis_client: aioredis.Redis, keys: Keys) -> dict:
+    """What is left to do: queued jobs, broker tickets (a cancelled job's ticket stays in the
+    broker until a worker takes it and finds nothing to run), jobs the workers run (as of their
+    last heartbeat, `heartbeat_at`, epoch s)."""
+    workers = [json.loads(v) for v in await redis_client.hvals(keys.workers)]
+    ticket_lists = [key for queue in {w["queue"] for w in workers if w.get("queue")}
+                    for key in keys.broker_lists(queue)]
+    return {"queued": await redis_client.zcard(keys.queued),
+            "tickets": sum([await redis_client.llen(key) for key in ticket_lists]),
+            "running": sum(int(w.get("running") or 0) for w in workers),
+            "heartbeat_at": max((w.get("updated_at", 0) for w in workers), default=0)}
+
+
 async def settle(stack: Stack, api: psutil.Process, redis_client: aioredis.Redis, timeout: float) -> dict:
-    """Wait until no job is queued and the API holds no client connection (its streams have
-    noticed their clients left and cancelled their jobs), at most `timeout` s."""
-    queued_key, start = Keys(stack.env["LLMQ_NAMESPACE"]).queued, time.monotonic()
+    """Wait until the API holds no client connection (its streams noticed their clients left and
+    cancelled their jobs), nothing is queued or left in the broker, and a heartbeat newer than the
+    wait's start says the worker runs nothing: the next level starts on an idle stack. At most
+    `timeout` s."""
+    keys, start, since = Keys(stack.env["LLMQ_NAMESPACE"]), time.monotonic(), time.time()
     while True:
-        depth, connections = await redis_client.zcard(queued_key), api_connections(api, stack.port)
+        left = {**await backlog(redis_client, keys), "api_connections": api_connections(api, stack.port)}
+        idle = (left["queued"] == left["tickets"] == left["running"] == left["api_connections"] == 0
+                and left["heartbeat_at"] > since)
         waited = time.monotonic() - start
-        if (depth == 0 and connections == 0) or waited >= timeout:
-            return {"settled": depth == 0 and connections == 0, "settle_s": round(waited, 1),
-                    "queue_depth_left": depth, "api_connections_left": connections}
+        if idle or waited >= timeout:
+            left.pop("heartbeat_at")
+            return {"settled": idle, "settle_s": round(waited, 1), "left": left}
         await asyncio.sleep(1)
 
 
@@ -340,9 +357,11 @@ def summarize_level(clients: list[Client], sample: dict, rss_before: int, cpu_cl
 
 # --- model speed ----------------------------------------------------------------------------
 
-async def tokens_per_second(url: str, model: str, seconds: float, run_tag: str) -> dict:
+async def tokens_per_second(url: str, model: str, seconds: float, run_tag: str, api: psutil.Process) -> dict:
     """16 clients stream chats back to back for `seconds`: completion tokens of the requests that
-    finished inside the window, over the window."""
+    finished inside the window, over the window; and the API's CPU seconds meanwhile (what the
+    front door takes from the cores the model computes on)."""
+    cpu_before = cpu_seconds(api)
     window_end = time.monotonic() + seconds
     finished: list[Client] = []
 
@@ -357,14 +376,32 @@ async def tokens_per_second(url: str, model: str, seconds: float, run_tag: str) 
 
     async with client_session() as session:
         await asyncio.gather(*(one_client(w, session) for w in range(TPS_CLIENTS)))
+    api_cpu = cpu_seconds(api) - cpu_before
     done = [c for c in finished if c.completed and not c.error]
     tokens = sum(c.completion_tokens for c in done)
     return {"clients": TPS_CLIENTS, "window_s": seconds, "requests_completed": len(done),
             "completion_tokens": tokens, "tokens_per_s": round(tokens / seconds, 1),
+            "api_cpu_s": round(api_cpu, 2), "api_cpu_share": round(api_cpu / seconds, 3),
             "errors": dict(Counter(c.error for c in finished if c.error))}
 
 
 # --- one server ------------------------------------------------------------------------------
+
+def wait_ready(stack: Stack, timeout: float) -> None:
+    """`stack.wait_ready`, but failing at once when a process of the stack has exited (an API
+    that cannot boot) instead of at the timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        exited = [" ".join(map(str, p.args[1:4])) for p in stack.procs if p.poll() is not None]
+        if exited:
+            raise RuntimeError(f"{', '.join(exited)} exited; see the logs in {stack.log_dir}")
+        try:
+            stack.wait_ready(min(10.0, max(1.0, deadline - time.monotonic())))
+            return
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise
+
 
 def served_model(url: str, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
@@ -396,7 +433,7 @@ def run_server(server: str, args, run_id: str, result: dict) -> None:
     stack = Stack(args.redis_url, args.model, log_dir, STACK_ENV, api_server=server)
     result.update({"logs": str(log_dir), "namespace": stack.env["LLMQ_NAMESPACE"], "levels": []})
     try:
-        stack.wait_ready(args.ready_s)
+        wait_ready(stack, args.ready_s)
         model = served_model(stack.url)
         asyncio.run(warm_up(stack.url, model, run_id))
         for clients in args.levels:
@@ -405,7 +442,8 @@ def run_server(server: str, args, run_id: str, result: dict) -> None:
             log(f"{server}: {clients} clients: " + json.dumps({k: v for k, v in row.items() if k != "late_examples"}))
             result["levels"].append(row)
         log(f"{server}: tokens/s at {TPS_CLIENTS} clients for {args.tps_s} s")
-        result["tokens_per_s"] = asyncio.run(tokens_per_second(stack.url, model, args.tps_s, f"{run_id}-{server}"))
+        result["tokens_per_s"] = asyncio.run(tokens_per_second(
+            stack.url, model, args.tps_s, f"{run_id}-{server}", api_process(stack)))
         log(f"{server}: " + json.dumps(result["tokens_per_s"]))
     finally:
         log(f"{server}: stopping the stack")
@@ -432,12 +470,13 @@ def print_tables(results: dict) -> None:
                   f"| {fmt(p['p50'])}/{fmt(p['p95'])}/{fmt(p['p100'])} | {row['late_places']} | {row['completed']} "
                   f"| {row['cut']} | {errors} | {fmt(row['rss_kib_per_1000_streams'])} ({row['api_rss_at_sample_mib']}) "
                   f"| {fmt(row['cpu_s_per_1000_clients'])} | {row['sample']['redis_clients']} |")
-    print(f"\n| server | tokens/s at {TPS_CLIENTS} clients | requests completed | errors |")
-    print("|---|---:|---:|---|")
+    print(f"\n| server | tokens/s at {TPS_CLIENTS} clients | requests completed | API CPU s/s | errors |")
+    print("|---|---:|---:|---:|---|")
     for server, result in results.items():
         tps = result.get("tokens_per_s")
         if tps:
-            print(f"| {server} | {tps['tokens_per_s']} | {tps['requests_completed']} | {tps['errors'] or 0} |")
+            print(f"| {server} | {tps['tokens_per_s']} | {tps['requests_completed']} | {tps['api_cpu_share']} "
+                  f"| {tps['errors'] or 0} |")
     ratio = tokens_ratio(results)
     if ratio is not None:
         print(f"\ntokens/s gevent/gthread: {ratio:.2f}x")
@@ -503,7 +542,7 @@ def stop_on_sigterm() -> None:
 def main() -> int:
     args = parse_args()
     command = shlex.join(sys.orig_argv)
-    print(f"command: {command}")
+    log(f"command: {command}")
     stop_on_sigterm()
     open_files = raise_open_files(max(args.levels))
     run_id = uuid.uuid4().hex[:6]
