@@ -1,7 +1,7 @@
 """Optional API keys: who is calling, and which jobs they may touch.
 
-Keys are entries `id:sha256hex[:tier=high|normal|low][:rpm=N][:concurrent=N][:streams=N][:weight=N]`, given in
-`LLMQ_API_KEYS` (comma-separated) and/or `LLMQ_API_KEYS_FILE` (one per line, `#` comments). Only
+Keys are entries `id:sha256hex[:tier=high|normal|low][:rpm=N][:concurrent=N][:streams=N][:weight=N]`,
+given in `LLMQ_API_KEYS` (comma-separated) and/or `LLMQ_API_KEYS_FILE` (one per line, `#` comments). Only
 the SHA-256 of a key is configured or stored anywhere; `python -m api.auth new <id>` makes a key
 and prints its entry. With no entries, auth is off and every caller is anonymous.
 
@@ -144,7 +144,8 @@ def allowed_priority(requested: Priority | None) -> Priority:
 def _main(argv: list[str]) -> None:
     """`python -m api.auth new <id> [options]`: print a new key (shown once) and its entry."""
     if len(argv) < 2 or argv[0] != "new":
-        sys.exit("usage: python -m api.auth new <id> [tier=high] [rpm=60] [concurrent=4] [streams=100] [weight=2]")
+        sys.exit("usage: python -m api.auth new <id> [tier=high] [rpm=60] [concurrent=4] [streams=100] "
+                 "[weight=2]")
     key = f"llmq-{secrets.token_urlsafe(32)}"
     entry = ":".join([argv[1], hash_key(key), *argv[2:]])
     parse_entry(entry)  # validate before printing

@@ -74,7 +74,7 @@ def upload():
     lines = count_lines(content, most=settings.file_max_lines)
     if lines > settings.file_max_lines:
         raise ApiError(413, "too_many_lines", f"the file has more than {settings.file_max_lines} "
-                                              "lines, the most a batch input file may have", param="file")
+                                              f"lines; a batch input file may have at most {settings.file_max_lines}", param="file")
     filename = (upload_.filename or "upload.jsonl")[:255]
     meta = services().files.create(owner_id(), filename, purpose, content, lines=lines)
     return jsonify(file_object(meta))
