@@ -32,6 +32,9 @@ WEBHOOK_SECRETS = ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_C2FVsBQIhrsc
 def make_settings(**overrides) -> Settings:
     base = dict(redis_url=f"{REDIS_HOST}/{REDIS_DB}", namespace=f"llmqtest-{uuid.uuid4().hex[:8]}",
                 model="embedded", allow_download=False, max_batch_size=16, max_tokens_cap=512,
+                # f32: answers and seeded samples that do not depend on the host's bf16 kernels
+                # (bf16 on AMD Zen 4 answers the capital of France in French) or on the batch
+                dtype="float32",
                 default_max_tokens=64, cache_ttl_s=600, sse_heartbeat_s=1.0, heartbeat_s=1.0,
                 health_ping_timeout_s=0.5, max_queue=1000, job_ttl_s=3600,
                 # webhooks to test receivers on loopback, retried quickly over a short horizon
