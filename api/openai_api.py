@@ -13,7 +13,7 @@ import logging
 from collections.abc import Iterator
 
 import redis
-from flask import Blueprint, Response, jsonify, stream_with_context
+from flask import Blueprint, Response, jsonify
 from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
@@ -24,7 +24,7 @@ from api.jobs import json_body
 from api.openai_format import Surface, error_body, sse_data
 from api.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
-from api.sse import job_event_stream
+from api.sse import job_event_stream, streaming_response
 from api.stream_limits import StreamSlot
 from api.submit import submit_job
 from common.schemas import JobStatus
@@ -89,12 +89,8 @@ def _wait_for_end(svc: Services, record: dict) -> dict:
 
 def _stream_response(svc: Services, surface: Surface, record: dict, include_usage: bool,
                      slot: StreamSlot) -> Response:
-    headers = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no", "Connection": "keep-alive",
-               "X-LLMQ-Job-Id": record["id"]}
-    response = Response(stream_with_context(slot.held(_relay(svc, surface, record, include_usage))),
-                        mimetype="text/event-stream", headers=headers)
-    response.call_on_close(slot.release)
-    return response
+    return streaming_response(_relay(svc, surface, record, include_usage), slot,
+                              {"Connection": "keep-alive", "X-LLMQ-Job-Id": record["id"]})
 
 
 def _relay(svc: Services, surface: Surface, record: dict, include_usage: bool) -> Iterator[str]:

@@ -128,10 +128,16 @@ def sse_response(events: Iterator[tuple[str | None, str, dict]], slot: StreamSlo
     once, so a client hears within milliseconds that its stream is open, however long it waits."""
     def body():
         yield "retry: 2000\n\n"
-        for event_id, event, data in slot.held(events):
+        for event_id, event, data in events:
             yield ": keep-alive\n\n" if event == "heartbeat" else format_event(event_id, event, data)
 
-    response = Response(stream_with_context(body()), mimetype="text/event-stream", headers={
-        "Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return streaming_response(body(), slot)
+
+
+def streaming_response(body: Iterator[str], slot: StreamSlot, headers: dict | None = None) -> Response:
+    """`body` as a text/event-stream response (llmq's SSE or OpenAI's) that holds `slot` until the
+    response closes, renewing its lease as the body yields."""
+    response = Response(stream_with_context(slot.held(body)), mimetype="text/event-stream",
+                        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})
     response.call_on_close(slot.release)
     return response

@@ -387,22 +387,6 @@ async def tokens_per_second(url: str, model: str, seconds: float, run_tag: str, 
 
 # --- one server ------------------------------------------------------------------------------
 
-def wait_ready(stack: Stack, timeout: float) -> None:
-    """`stack.wait_ready`, but failing at once when a process of the stack has exited (an API
-    that cannot boot) instead of at the timeout."""
-    deadline = time.monotonic() + timeout
-    while True:
-        exited = [" ".join(map(str, p.args[1:4])) for p in stack.procs if p.poll() is not None]
-        if exited:
-            raise RuntimeError(f"{', '.join(exited)} exited; see the logs in {stack.log_dir}")
-        try:
-            stack.wait_ready(min(10.0, max(1.0, deadline - time.monotonic())))
-            return
-        except TimeoutError:
-            if time.monotonic() >= deadline:
-                raise
-
-
 def served_model(url: str, timeout: float = 60) -> str:
     deadline = time.monotonic() + timeout
     while True:
@@ -433,7 +417,7 @@ def run_server(server: str, args, run_id: str, result: dict) -> None:
     stack = Stack(args.redis_url, args.model, log_dir, STACK_ENV, api_server=server)
     result.update({"logs": str(log_dir), "namespace": stack.env["LLMQ_NAMESPACE"], "levels": []})
     try:
-        wait_ready(stack, args.ready_s)
+        stack.wait_ready(args.ready_s)
         model = served_model(stack.url)
         asyncio.run(warm_up(stack.url, model, run_id))
         for clients in args.levels:

@@ -105,8 +105,13 @@ class Stack(Processes):
             stdout=open(self.log_dir / "batch_worker.log", "w"), stderr=subprocess.STDOUT))
 
     def wait_ready(self, timeout: float = 180) -> None:
+        """Until a model worker is live; at once RuntimeError if a process of the stack has
+        exited (an API that cannot boot), instead of at the timeout."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
+            exited = [" ".join(map(str, p.args[1:4])) for p in self.procs if p.poll() is not None]
+            if exited:
+                raise RuntimeError(f"{', '.join(exited)} exited; see the logs in {self.log_dir}")
             try:  # workers_detail: model workers only (the batch worker answers pings too)
                 if requests.get(f"{self.url}/health", timeout=5).json().get("workers_detail"):
                     return
