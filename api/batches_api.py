@@ -12,8 +12,8 @@ from typing import Any
 from flask import Blueprint, jsonify, request
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.batch_lines import ENDPOINTS
-from api.errors import ApiError
+from common.batch_lines import ENDPOINTS
+from common.errors import ApiError
 from api.files_api import file_or_404, owned_or_404, owner_id, page_limit
 from api.jobs import json_body
 from api.openai_api import openai_error

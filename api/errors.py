@@ -9,15 +9,9 @@ from kombu.exceptions import OperationalError
 from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
+from common.errors import ApiError, describe_validation
+
 log = logging.getLogger(__name__)
-
-
-class ApiError(Exception):
-    def __init__(self, status: int, type_: str, message: str, headers: dict | None = None, **extra):
-        super().__init__(message)
-        self.status, self.type, self.message = status, type_, message
-        self.headers = headers or {}
-        self.extra = extra
 
 
 def error_response(status: int, type_: str, message: str, headers: dict | None = None, **extra):
@@ -25,12 +19,6 @@ def error_response(status: int, type_: str, message: str, headers: dict | None =
     response.status_code = status
     response.headers.update(headers or {})
     return response
-
-
-def describe_validation(exc: ValidationError) -> tuple[str, list[dict]]:
-    details = [{"field": ".".join(str(p) for p in e["loc"]) or "body", "message": e["msg"]}
-               for e in exc.errors(include_url=False)]
-    return "; ".join(f"{d['field']}: {d['message']}" for d in details), details
 
 
 def register_error_handlers(app: Flask) -> None:

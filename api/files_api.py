@@ -14,7 +14,7 @@ from flask import Blueprint, Response, jsonify, request
 from werkzeug.exceptions import RequestEntityTooLarge
 
 from api.auth import current_key
-from api.errors import ApiError
+from common.errors import ApiError
 from api.openai_api import openai_error
 from api.services import services
 from common.files import count_lines, file_object

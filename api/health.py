@@ -25,7 +25,7 @@ def health():
         body.update(status="unavailable", redis=f"error: {exc}")
         return jsonify(body), 503
     try:
-        model, _ = svc.model()
+        model, _ = svc.admission.model()
         body["model"] = {"name": model.name, "source": model.source, "path": str(model.path)}
     except Exception as exc:  # not prepared yet: still report the rest
         body["model"] = {"name": None, "error": str(exc)}

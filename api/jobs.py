@@ -6,7 +6,7 @@ import json
 from flask import Blueprint, jsonify, request, url_for
 
 from api.auth import current_key, may_access
-from api.errors import ApiError
+from common.errors import ApiError
 from api.eta import queue_eta
 from api.services import services
 from api.sse import job_event_stream, sse_response, stream_id

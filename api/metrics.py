@@ -80,7 +80,7 @@ class ClusterCollector:
         queues = {w["queue"] for w in workers if w.get("queue")}
         queues.update(q for w in workers for q in w.get("queues", []))
         try:
-            model, _ = self.svc.model()
+            model, _ = self.svc.admission.model()
             queues.add(self.svc.keys.queue(model.name))
         except Exception:  # model not prepared yet: the workers' queues still count
             pass

@@ -19,10 +19,10 @@ from pydantic import ValidationError
 from werkzeug.exceptions import HTTPException
 
 from api.auth import current_key
-from api.errors import ApiError, describe_validation
+from common.errors import ApiError, describe_validation
 from api.jobs import json_body
-from api.openai_format import Surface, error_body, sse_data
-from api.openai_schemas import ChatCompletionRequest, CompletionRequest
+from common.openai_format import Surface, error_body, sse_data
+from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
 from api.sse import job_event_stream, streaming_response
 from api.stream_limits import StreamSlot

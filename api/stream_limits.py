@@ -23,8 +23,8 @@ from typing import TypeVar
 
 import redis
 
-from api.auth import ApiKey
-from api.errors import ApiError
+from common.api_keys import ApiKey
+from common.errors import ApiError
 from common.keys import Keys
 from common.settings import Settings
 

@@ -23,7 +23,7 @@ def chat_page():
 @bp.get("/ui/config")
 def ui_config():
     svc = services()
-    model, builder = svc.model()
+    model, builder = svc.admission.model()
     return jsonify({"model": model.name, "context_length": builder.context_length,
                     "max_tokens_cap": svc.settings.max_tokens_cap,
                     "default_max_tokens": svc.settings.default_max_tokens})

@@ -5,6 +5,7 @@ import uuid
 
 from celery import Celery
 
+from common.broker import transport_for
 from common.keys import Keys
 from common.redis_client import broker_url, sentinel_transport_options
 from common.schemas import PRIORITY_LEVELS
@@ -14,8 +15,13 @@ TASK_GENERATE = "llmq.generate"
 TASK_DELIVER_WEBHOOK = "llmq.webhook.deliver"  # consumed by `python -m worker.control`
 
 
-def make_celery(settings: Settings) -> Celery:
-    """A Celery app bound to llmq's Redis and namespace.
+def make_celery(settings: Settings, consumer: bool = False) -> Celery:
+    """A Celery app bound to llmq's Redis and namespace; the one place an app is built.
+
+    A consumer's app (a model worker's, the control worker's) uses a Redis transport that survives
+    a Redis outage under running jobs and follows a Sentinel failover (common/broker.py). Senders
+    (the API) and Flower keep kombu's plain `redis` transport: Flower reads queue lengths only from
+    a broker URL it recognises.
 
     Late acks + reject-on-worker-lost: a job whose worker dies is redelivered, not lost; Redis
     redelivers it once it has been unacked for `visibility_timeout_s`. Live workers renew the
@@ -63,6 +69,8 @@ def make_celery(settings: Settings) -> Celery:
         event_exchange=f"{settings.namespace}.events",
         worker_hijack_root_logger=False,
     )
+    if consumer:
+        app.conf.broker_transport = transport_for(settings)
     return app
 
 

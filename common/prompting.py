@@ -57,7 +57,7 @@ class PromptBuilder:
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
         # the batch form releases the GIL while it computes (the single one does not), so a long
-        # prompt does not hold the caller's other threads (api/offload.py)
+        # prompt does not hold the caller's other threads (common/offload.py)
         return self.tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
     def build(self, messages: list[dict] | None, prompt: str | None) -> tuple[str, list[int]]:

@@ -19,11 +19,24 @@ from __future__ import annotations
 from urllib.parse import quote, urlparse
 
 import redis
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.retry import Retry
 from redis.sentinel import Sentinel, SentinelConnectionPool
 
 from common.settings import Settings
 
 SENTINEL_TIMEOUT_S = 0.5  # a sentinel that does not answer within this is skipped
+
+
+def client_defaults() -> dict:
+    """The one set of timeouts every llmq process talks to Redis with. A few short retries absorb
+    a blip; while Redis is down or a failover is under way a command fails within seconds, so the
+    API answers 503 + Retry-After and workers ride the outage out in their own retry loops, rather
+    than a caller hanging on a dead socket. Nothing llmq sends blocks server-side (pub/sub waits
+    with client-side timeouts), so no reply legitimately takes longer than `socket_timeout`."""
+    return {"decode_responses": True, "socket_connect_timeout": 5, "socket_timeout": 10,
+            "health_check_interval": 30,
+            "retry": Retry(ExponentialWithJitterBackoff(cap=0.5, base=0.05), 3)}
 
 
 def sentinel_addresses(settings: Settings) -> list[tuple[str, int]]:
@@ -42,11 +55,12 @@ def _db_and_auth(settings: Settings) -> dict:
 
 
 def redis_client(settings: Settings, wait_for_connection_s: float | None = None, **options) -> redis.Redis:
-    """A Redis client for llmq's data, following the master when Sentinel is configured. `options`
-    are redis-py's (decode_responses, timeouts, health_check_interval, max_connections ...).
+    """A Redis client for llmq's data, following the master when Sentinel is configured, with
+    `client_defaults()` unless `options` (redis-py's: max_connections ...) say otherwise.
     With `wait_for_connection_s`, a caller that finds all `max_connections` in use waits that long
     for one to free (then ConnectionError), where redis-py's default pool fails at once: a process
     serving thousands of requests at a time (the API) needs a bound on its sockets, not errors."""
+    options = {**client_defaults(), **options}
     sentinels = sentinel_addresses(settings)
     blocking = {"timeout": wait_for_connection_s} if wait_for_connection_s is not None else {}
     if not sentinels:

@@ -33,7 +33,7 @@ def submit(client):
 
 def test_queued_jobs_carry_position_and_eta_that_grow_along_the_queue(api_and_store):
     client, svc = api_and_store
-    model, _ = svc.model()
+    model, _ = svc.admission.model()
     fake_heartbeat(svc, model.name, tokens_per_s=40.0, mean_job_tokens=20.0)  # drains 2 jobs/s
     before = time.time()
     jobs = [submit(client).get_json() for _ in range(3)]
@@ -49,7 +49,7 @@ def test_queued_jobs_carry_position_and_eta_that_grow_along_the_queue(api_and_st
 
 def test_retry_after_is_computed_from_the_measured_rate(api_and_store):
     client, svc = api_and_store
-    model, _ = svc.model()
+    model, _ = svc.admission.model()
     for _ in range(4):
         assert submit(client).status_code == 202
     fake_heartbeat(svc, model.name, tokens_per_s=4.0, mean_job_tokens=20.0)  # 0.2 jobs/s

@@ -6,7 +6,7 @@ import pytest
 from flask import Blueprint, jsonify
 
 from api import create_app
-from api.auth import KeyConfigError, hash_key, load_keys, parse_entry
+from common.api_keys import KeyConfigError, hash_key, load_keys, parse_entry
 from tests.conftest import ROOT, cleanup_namespace, make_settings
 
 CHAT = [{"role": "user", "content": "Hello"}]

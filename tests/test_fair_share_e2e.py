@@ -6,7 +6,7 @@ import time
 import pytest
 
 from api import create_app
-from api.auth import hash_key
+from common.api_keys import hash_key
 from tests.conftest import cleanup_namespace, make_settings
 
 pytestmark = pytest.mark.slow

@@ -11,7 +11,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from api import create_app
-from api.auth import hash_key
+from common.api_keys import hash_key
 from common.batches import line_job_id
 from common.files import count_lines
 from tests.batch_helpers import chat_line, jsonl
@@ -111,7 +111,7 @@ def test_a_bad_file_fails_validation_with_line_numbers_and_queues_nothing(stack)
              chat_line("n", "Hi", n=2), {**chat_line("m", "Hi"), "method": "GET"}]
     file_id = upload(client, lines).get_json()["id"]
     batch = create(client, file_id).get_json()
-    assert BatchRunner(svc).advance(batch["id"])
+    assert BatchRunner(svc.admission).advance(batch["id"])
     state = client.get(f"/v1/batches/{batch['id']}").get_json()
     assert state["status"] == "failed" and state["failed_at"]
     errors = {e["line"]: e for e in state["errors"]["data"]}
@@ -130,7 +130,7 @@ def test_a_bad_file_fails_validation_with_line_numbers_and_queues_nothing(stack)
 def run_to_in_progress(client, svc, n):
     file_id = upload(client, [chat_line(f"c{i}", f"Count to {i}") for i in range(n)]).get_json()["id"]
     batch = create(client, file_id).get_json()
-    assert not BatchRunner(svc).advance(batch["id"])
+    assert not BatchRunner(svc.admission).advance(batch["id"])
     state = client.get(f"/v1/batches/{batch['id']}").get_json()
     assert state["status"] == "in_progress" and state["request_counts"]["total"] == n and state["in_progress_at"]
     return batch["id"]
@@ -163,7 +163,7 @@ def test_cancel_accounts_for_every_line_as_batch_cancelled(stack, monkeypatch):
     cancelling = client.post(f"/v1/batches/{batch_id}/cancel").get_json()
     assert cancelling["status"] == "cancelling" and cancelling["cancelling_at"]
     assert client.post(f"/v1/batches/{batch_id}/cancel").get_json()["status"] == "cancelling"
-    assert BatchRunner(svc).advance(batch_id)
+    assert BatchRunner(svc.admission).advance(batch_id)
     state, lines = ended_lines(client, svc, batch_id)
     assert state["status"] == "cancelled" and state["cancelled_at"]
     assert state["request_counts"] == {"total": 6, "completed": 0, "failed": 6}
@@ -171,7 +171,7 @@ def test_cancel_accounts_for_every_line_as_batch_cancelled(stack, monkeypatch):
     assert {line["error"]["code"] for line in lines} == {"batch_cancelled"}
     assert svc.store.get(line_job_id(batch_id, 1))["status"] == "cancelled"
     assert_openai_error(client.post(f"/v1/batches/{batch_id}/cancel"), 409)
-    assert BatchRunner(svc).advance(batch_id)  # a step too many changes nothing
+    assert BatchRunner(svc.admission).advance(batch_id)  # a step too many changes nothing
     assert [b["status"] for b in ended] == ["cancelled"]  # the webhook hook, called once
 
 
@@ -179,9 +179,9 @@ def test_an_ended_batch_queues_one_signed_event_for_its_webhook(stack):
     client, svc = stack
     file_id = upload(client, [chat_line("a", "Hi"), chat_line("b", "Yo")]).get_json()["id"]
     batch_id = create(client, file_id, webhook="http://127.0.0.1:9/hook").get_json()["id"]
-    BatchRunner(svc).advance(batch_id)
+    BatchRunner(svc.admission).advance(batch_id)
     client.post(f"/v1/batches/{batch_id}/cancel")
-    assert BatchRunner(svc).advance(batch_id) and BatchRunner(svc).advance(batch_id)
+    assert BatchRunner(svc.admission).advance(batch_id) and BatchRunner(svc.admission).advance(batch_id)
     (delivery,) = svc.webhooks.deliveries(batch_id)  # once, however many steps ran after the end
     assert delivery["type"] == "batch.cancelled"
     body = json.loads(svc.webhooks.get(delivery["id"])["body"])
@@ -197,9 +197,9 @@ def test_a_batch_past_its_window_expires_with_batch_expired_lines(model_ref):
     try:
         file_id = upload(client, [chat_line(f"c{i}", "Hi") for i in range(3)]).get_json()["id"]
         batch_id = create(client, file_id).get_json()["id"]
-        assert not BatchRunner(svc).advance(batch_id)
+        assert not BatchRunner(svc.admission).advance(batch_id)
         time.sleep(1.2)
-        assert BatchRunner(svc).advance(batch_id)
+        assert BatchRunner(svc.admission).advance(batch_id)
         state, lines = ended_lines(client, svc, batch_id)
         assert state["status"] == "expired" and state["expired_at"]
         assert state["request_counts"] == {"total": 3, "completed": 0, "failed": 3}
@@ -245,7 +245,7 @@ def test_watchdog_kicks_only_stalled_batches_and_replaces_their_chain(stack):
     svc.batches.update(batch_id, advanced_at=time.time() - 60)  # its chain broke a minute ago
     assert watchdog_pass(svc) == [batch_id]
     assert svc.redis.get(tick_key) not in (None, first)  # the old chain's next step will do nothing
-    assert BatchRunner(svc).advance(batch_id) is False and watchdog_pass(svc) == []
+    assert BatchRunner(svc.admission).advance(batch_id) is False and watchdog_pass(svc) == []
 
 
 def test_a_stalled_batch_tops_up_the_tickets_of_its_queued_lines(stack):
@@ -255,11 +255,11 @@ def test_a_stalled_batch_tops_up_the_tickets_of_its_queued_lines(stack):
     tickets = lambda: sum(svc.redis.llen(key) for key in svc.keys.broker_lists(queue))
     before = tickets()
     assert before == 3  # one per line
-    assert not BatchRunner(svc).advance(batch_id) and tickets() == before  # not stalled yet
+    assert not BatchRunner(svc.admission).advance(batch_id) and tickets() == before  # not stalled yet
     svc.batches.update(batch_id, in_progress_at=int(time.time()) - 60)  # nothing ended for a minute
-    assert not BatchRunner(svc).advance(batch_id)
+    assert not BatchRunner(svc.admission).advance(batch_id)
     assert tickets() == before + 3 and svc.batches.get(batch_id)["topped_up_at"]
-    assert not BatchRunner(svc).advance(batch_id) and tickets() == before + 3  # once per stall period
+    assert not BatchRunner(svc.admission).advance(batch_id) and tickets() == before + 3  # once per stall period
 
 
 @given(st.lists(st.tuples(st.sampled_from(["", " ", "\t", "x", "{} ", " a b"]),

@@ -20,7 +20,7 @@ import pytest
 import redis
 import requests
 
-from api.auth import hash_key
+from common.api_keys import hash_key
 from common.jobs import JobStore
 from common.keys import Keys
 from tests.conftest import (ROOT, LiveServer, cleanup_namespace, free_port, make_settings, settings_env,

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from openapi_spec_validator import validate
 
 from api import create_app
-from api.auth import hash_key
+from common.api_keys import hash_key
 from tests.conftest import cleanup_namespace, make_settings
 
 FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck),

@@ -15,7 +15,7 @@ import pytest
 import requests
 
 from api import create_app
-from api.auth import hash_key
+from common.api_keys import hash_key
 from tests.conftest import LiveServer, cleanup_namespace, kill_9_mid_job, make_settings, wait_for_job
 from tests.test_e2e import chunks_text, read_stream, submit
 from worker.pinning import service_and_compute

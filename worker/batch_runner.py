@@ -2,7 +2,7 @@
 calls it). Every step is idempotent and reads all it needs from Redis, so any process may run the
 next step after any other one died, at any point (the batch's lock keeps two from running at once):
 
-- validating: check every line of the input file (api/batch_lines.py); any error fails the batch.
+- validating: check every line of the input file (common/batch_lines.py); any error fails the batch.
   Otherwise store each line's prepared job and mark every line pending, then queue one job per
   line (fixed job ids, `line_job_id`, so a retried step finds the jobs it already made), then
   in_progress.
@@ -20,11 +20,10 @@ import logging
 import time
 from collections.abc import Callable
 
-from api.batch_lines import ENDPOINTS, PreparedLine, check_file, result_of, stopped
-from api.services import Services
-from api.submit import send_spare_ticket, submit_batch_line
-from common.batches import TERMINAL, BatchStore, line_job_id, on_batch_ended
-from common.files import FileStore
+from common.admission import Admission
+from common.api_keys import load_keys
+from common.batch_lines import ENDPOINTS, PreparedLine, check_file, result_of, stopped
+from common.batches import TERMINAL, line_job_id, on_batch_ended
 from common.jobs import decode_record
 
 log = logging.getLogger(__name__)
@@ -35,17 +34,18 @@ _SPARE_TICKETS = 32
 
 
 class BatchRunner:
-    def __init__(self, svc: Services):
-        self.svc = svc
-        self.settings = svc.settings
-        self.batches = BatchStore(svc.redis, svc.keys, svc.settings.batch_ttl_s)
-        self.files = FileStore(svc.redis, svc.keys, svc.settings.file_ttl_s)
+    def __init__(self, admission: Admission):
+        self.admission = admission
+        self.stores = admission.stores
+        self.settings = admission.settings
+        self.batches = self.stores.batches
+        self.files = self.stores.files
 
     def advance(self, batch_id: str, renew: Callable[[], None] = lambda: None) -> bool:
         """Take the batch as far as it can go now; True once it has ended (or is gone)."""
         batch = self.batches.get(batch_id)
         if batch is None or batch["status"] in TERMINAL:
-            self.svc.redis.srem(self.svc.keys.batches_active, batch_id)
+            self.stores.redis.srem(self.stores.keys.batches_active, batch_id)
             return True
         self.batches.update(batch_id, advanced_at=time.time())
         status = batch["status"]
@@ -73,7 +73,7 @@ class BatchRunner:
                        "message": f"the input file {batch['input_file_id']} was deleted or has expired"}]
             prepared = []
         else:
-            prepared, errors = check_file(self.svc, content, batch["endpoint"], batch["owner"], renew)
+            prepared, errors = check_file(self.admission, content, batch["endpoint"], batch["owner"], renew)
         if errors:
             if self.batches.transition(batch_id, ("validating",), "failed", failed_at=int(time.time()),
                                        errors={"object": "list", "data": errors}):
@@ -86,32 +86,30 @@ class BatchRunner:
                 renew()
                 if self.batches.get(batch_id)["status"] != "validating":
                     return  # cancelled meanwhile: the cancelling step accounts for every line
-            submit_batch_line(self.svc, line_job_id(batch_id, line.line), line.fields, line.digest,
-                              weight=weight, queued_key=self.batches.part(batch_id, "queued"),
-                              deadline=batch["expires_at"])
+            self.admission.admit_batch_line(line_job_id(batch_id, line.line), line.fields, line.digest,
+                                            weight=weight, queued_key=self.batches.part(batch_id, "queued"),
+                                            deadline=batch["expires_at"])
         self.batches.transition(batch_id, ("validating",), "in_progress", in_progress_at=int(time.time()))
 
     def _store_lines(self, batch_id: str, prepared: list[PreparedLine]) -> None:
         """Every line's prepared job and its place in `pending`, before any job is queued, so
         that whatever happens next every line is accounted for. Written once (a retry finds them)."""
         requests_key, pending_key = self.batches.part(batch_id, "requests"), self.batches.part(batch_id, "pending")
-        if self.svc.redis.exists(requests_key):
+        if self.stores.redis.exists(requests_key):
             return
         ttl = self.settings.batch_ttl_s + int(self.settings.batch_window_s)
-        pipe = self.svc.redis.pipeline(transaction=True)
+        pipe = self.stores.redis.pipeline(transaction=True)
         for start in range(0, len(prepared), _READ_CHUNK):
             part = prepared[start:start + _READ_CHUNK]
             pipe.hset(requests_key, mapping={line.line: line.dumps() for line in part})
             pipe.sadd(pending_key, *(line.line for line in part))
         pipe.expire(requests_key, ttl)
         pipe.expire(pending_key, ttl)
-        pipe.hset(self.svc.keys.batch(batch_id), mapping={"total": len(prepared),
+        pipe.hset(self.stores.keys.batch(batch_id), mapping={"total": len(prepared),
                                                           "model": prepared[0].fields["model"]})
         pipe.execute()
 
     def _weight(self, owner: str) -> float:
-        from api.auth import load_keys
-
         keys = {key.id: key for key in load_keys(self.settings).values()}
         return keys[owner].weight if owner in keys else 1.0
 
@@ -126,9 +124,9 @@ class BatchRunner:
         for start in range(0, len(pending), _READ_CHUNK):
             renew()
             lines = pending[start:start + _READ_CHUNK]
-            pipe = self.svc.redis.pipeline(transaction=False)
+            pipe = self.stores.redis.pipeline(transaction=False)
             for line in lines:
-                pipe.hgetall(self.svc.keys.job(line_job_id(batch_id, line)))
+                pipe.hgetall(self.stores.keys.job(line_job_id(batch_id, line)))
             for line, raw in zip(lines, pipe.execute()):
                 if not raw:
                     self._requeue(batch, line, ending)
@@ -158,7 +156,7 @@ class BatchRunner:
                     min(len(queued), _SPARE_TICKETS))
         self.batches.update(batch["id"], topped_up_at=time.time())
         for record in queued[:_SPARE_TICKETS]:
-            send_spare_ticket(self.svc, record)
+            self.admission.send_spare_ticket(record)
 
     def _requeue(self, batch: dict, line: int, ending: str | None) -> None:
         """A line whose job record is gone (lost with a Redis that kept no copy): queue it again,
@@ -169,12 +167,13 @@ class BatchRunner:
             self.batches.record_result(batch["id"], line, False, stopped(job_id, prepared.custom_id, ending))
             return
         log.warning("batch %s line %d: job %s is gone; queueing it again", batch["id"], line, job_id)
-        submit_batch_line(self.svc, job_id, prepared.fields, prepared.digest,
-                          weight=self._weight(batch["owner"]),
-                          queued_key=self.batches.part(batch["id"], "queued"), deadline=batch["expires_at"])
+        self.admission.admit_batch_line(job_id, prepared.fields, prepared.digest,
+                                        weight=self._weight(batch["owner"]),
+                                        queued_key=self.batches.part(batch["id"], "queued"),
+                                        deadline=batch["expires_at"])
 
     def _request(self, batch_id: str, line: int) -> PreparedLine:
-        return PreparedLine.loads(line, self.svc.redis.hget(self.batches.part(batch_id, "requests"), line))
+        return PreparedLine.loads(line, self.stores.redis.hget(self.batches.part(batch_id, "requests"), line))
 
     # --- stopping and ending -------------------------------------------------------------------
     def _stop(self, batch: dict, ending: str, final: str, grace_s: float) -> bool:
@@ -184,8 +183,8 @@ class BatchRunner:
         if not batch.get("jobs_stopped"):
             for line in self.batches.pending(batch_id):
                 job_id = line_job_id(batch_id, line)
-                if self.svc.store.request_cancel(job_id) == "cancelled":
-                    self.svc.store.publish_done(job_id)
+                if self.stores.store.request_cancel(job_id) == "cancelled":
+                    self.stores.store.publish_done(job_id)
             self.batches.update(batch_id, jobs_stopped=time.time())
             batch = self.batches.get(batch_id)
         self._collect(batch, lambda: None, ending)
@@ -216,4 +215,4 @@ class BatchRunner:
 
     def _ended(self, batch_id: str) -> None:
         self.batches.forget(batch_id)
-        on_batch_ended(self.svc.webhooks, self.batches.get(batch_id))
+        on_batch_ended(self.stores.webhooks, self.batches.get(batch_id))

@@ -16,29 +16,29 @@ import uuid
 
 import redis
 
-from api.services import Services
+from common.admission import Admission
 from common.batches import TASK_BATCH_ADVANCE, kick
-from common.settings import get_settings
+from common.stores import Stores
 from worker.batch_runner import BatchRunner
-from worker.control_app import app
+from worker.control_app import app, stores
 
 log = logging.getLogger(__name__)
 _LOCK_TTL_S = 20
 _STALE_S = 20.0
 _RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
-_services: Services | None = None
+_admission: Admission | None = None
 
 
-def services() -> Services:
-    global _services
-    if _services is None:
-        _services = Services(get_settings())
-    return _services
+def admission() -> Admission:
+    global _admission
+    if _admission is None:
+        _admission = Admission(stores())
+    return _admission
 
 
 @app.task(name=TASK_BATCH_ADVANCE, bind=True, acks_late=True, reject_on_worker_lost=True)
 def advance(self, batch_id: str) -> None:
-    svc = services()
+    svc = stores()
     keys = svc.keys
     if svc.redis.get(keys.batch_part(batch_id, "tick")) != self.request.id:
         return  # a newer kick replaced this chain
@@ -51,14 +51,14 @@ def advance(self, batch_id: str) -> None:
         svc.redis.hset(keys.batch(batch_id), "advanced_at", time.time())
 
     try:
-        done = BatchRunner(svc).advance(batch_id, renew)
+        done = BatchRunner(admission()).advance(batch_id, renew)
     finally:
         svc.redis.eval(_RELEASE, 1, lock, token)
     if not done:
         kick(svc.redis, svc.celery, keys, batch_id, countdown=svc.settings.batch_poll_s)
 
 
-def watchdog_pass(svc: Services, stale_s: float = _STALE_S) -> list[str]:
+def watchdog_pass(svc: Stores, stale_s: float = _STALE_S) -> list[str]:
     """Kick every active batch whose last step is older than `stale_s`; the kicked ids."""
     kicked = []
     for batch_id in svc.redis.smembers(svc.keys.batches_active):
@@ -76,7 +76,7 @@ def start_watchdog(interval_s: float = 10.0) -> threading.Thread:
     def loop() -> None:
         while True:
             try:
-                kicked = watchdog_pass(services())
+                kicked = watchdog_pass(stores())
                 if kicked:
                     log.info("watchdog: kicked batches %s", ", ".join(kicked))
             except (redis.RedisError, OSError) as exc:

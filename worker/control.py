@@ -16,11 +16,10 @@ import redis
 from common.celery_app import TASK_DELIVER_WEBHOOK
 from common.keys import Keys
 from common.logs import setup_logging
-from common.redis_client import redis_client
 from common.settings import Settings, get_settings
-from common.webhooks import WEBHOOK_QUEUE, Webhooks
+from common.webhooks import WEBHOOK_QUEUE
 from worker.batch_tasks import start_watchdog  # also registers the batch task
-from worker.control_app import app
+from worker.control_app import app, stores
 
 _sender = None
 
@@ -36,10 +35,7 @@ def sender():
     if _sender is None:
         from worker.webhook_sender import WebhookSender
 
-        settings = get_settings()
-        client = redis_client(settings, decode_responses=True, socket_connect_timeout=5,
-                              socket_timeout=10)
-        _sender = WebhookSender(settings, Webhooks(settings, client, celery=app))
+        _sender = WebhookSender(get_settings(), stores().webhooks)
     return _sender
 
 

@@ -1,17 +1,12 @@
 """Celery glue: the one task, `llmq.generate(job_id, model)`, handing the job to the runtime."""
 from __future__ import annotations
 
-from common.broker import transport_for
 from common.celery_app import TASK_GENERATE, make_celery
 from common.settings import get_settings
 from worker.job_runner import JobRunner
 from worker.runtime import get_runtime
 
-app = make_celery(get_settings())
-# Workers use a Redis transport that survives a Redis outage under running jobs (see common/broker.py).
-# Only they need it; the API and Flower keep kombu's plain `redis` transport (Flower reads queue
-# lengths only from a broker URL it recognises).
-app.conf.broker_transport = transport_for(get_settings())
+app = make_celery(get_settings(), consumer=True)
 _job_runner: JobRunner | None = None
 
 

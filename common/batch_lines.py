@@ -1,12 +1,12 @@
 """The lines of a batch: checking an input file, and writing each line's result as OpenAI does.
 
 Each input line is `{"custom_id", "method": "POST", "url", "body"}`; its body goes through the same
-request schemas (api/openai_schemas.py) and admission checks (api/submit.py: model, template,
+request schemas (common/openai_schemas.py) and admission checks (common/admission.py: model, template,
 context) as a request to that endpoint, so a line is valid in a batch exactly when the same body
 would be accepted by `/v1/chat/completions` or `/v1/completions`. A file with any bad line fails
 the whole batch with every problem listed (`errors.data[]`: code, line, message, param), before
 any job is queued. Results: `{"id", "custom_id", "response": {"status_code", "request_id",
-"body"}, "error"}`, the body being what the endpoint would have answered (api/openai_format.py).
+"body"}, "error"}`, the body being what the endpoint would have answered (common/openai_format.py).
 """
 from __future__ import annotations
 
@@ -15,11 +15,10 @@ from dataclasses import dataclass
 
 from pydantic import ValidationError
 
-from api.errors import ApiError, describe_validation
-from api.openai_format import Surface, error_body
-from api.openai_schemas import ChatCompletionRequest, CompletionRequest
-from api.services import Services
-from api.submit import prepare_job
+from common.admission import Admission
+from common.errors import ApiError, describe_validation
+from common.openai_format import Surface, error_body
+from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 
 ENDPOINTS = {"/v1/chat/completions": (ChatCompletionRequest, Surface(chat=True)),
              "/v1/completions": (CompletionRequest, Surface(chat=False))}
@@ -31,7 +30,7 @@ CUSTOM_ID_MAX = 512
 class PreparedLine:
     line: int  # 1-based line number in the input file
     custom_id: str
-    fields: dict  # the job record's fields (api/submit.py: prepare_job)
+    fields: dict  # the job record's fields (`Admission.prepare`)
     digest: str | None
 
     def dumps(self) -> str:
@@ -48,7 +47,7 @@ class LineError(Exception):
         self.code, self.message, self.param = code, message, param
 
 
-def check_file(svc: Services, content: str, endpoint: str, owner: str | None,
+def check_file(admission: Admission, content: str, endpoint: str, owner: str | None,
                progress=lambda: None) -> tuple[list[PreparedLine], list[dict]]:
     """Every non-blank line of `content` prepared as a job, or the errors (OpenAI's
     `errors.data[]` entries, at most MAX_REPORTED_ERRORS). `progress` is called now and then."""
@@ -61,7 +60,7 @@ def check_file(svc: Services, content: str, endpoint: str, owner: str | None,
         if number % 200 == 0:
             progress()
         try:
-            line = _prepare(svc, number, text, endpoint, owner)
+            line = _prepare(admission, number, text, endpoint, owner)
             if line.custom_id in seen:
                 raise LineError("duplicate_custom_id",
                                 f"custom_id {line.custom_id!r} is used by an earlier line; each must be unique",
@@ -74,14 +73,15 @@ def check_file(svc: Services, content: str, endpoint: str, owner: str | None,
     if not prepared and not errors:
         errors.append({"code": "empty_file", "line": None, "message": "the input file has no requests",
                        "param": None})
-    if len(prepared) > svc.settings.file_max_lines:
+    limit = admission.settings.file_max_lines
+    if len(prepared) > limit:
         errors.append({"code": "too_many_requests", "line": None, "param": None,
                        "message": f"the input file has {len(prepared)} requests; at most "
-                                  f"{svc.settings.file_max_lines} are allowed per batch"})
+                                  f"{limit} are allowed per batch"})
     return prepared, errors
 
 
-def _prepare(svc: Services, number: int, text: str, endpoint: str, owner: str | None) -> PreparedLine:
+def _prepare(admission: Admission, number: int, text: str, endpoint: str, owner: str | None) -> PreparedLine:
     try:
         request = json.loads(text)
     except ValueError as exc:
@@ -110,7 +110,7 @@ def _prepare(svc: Services, number: int, text: str, endpoint: str, owner: str | 
     schema, _ = ENDPOINTS[url]
     try:
         job_request = schema.model_validate(body).job_request()
-        fields, digest = prepare_job(svc, job_request, owner, "batch")
+        fields, digest = admission.prepare(job_request, owner, "batch")
     except ValidationError as exc:
         message, details = describe_validation(exc)
         raise LineError("invalid_request", message, f"body.{details[0]['field']}" if details else "body")

@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from api.errors import ApiError
+from common.errors import ApiError
 from common.schemas import JobRequest
 
 # parameter -> the values that mean "not used"; anything else is refused

@@ -1,0 +1,217 @@
+"""Admission: a validated request becomes a cached answer or a queued job.
+
+One home for the checks and steps every way in shares: the jobs API, the OpenAI-compatible
+endpoints and each line of a batch (the control worker runs those). It knows nothing of HTTP or of
+who is asking: the caller passes the owner, priority and weight it has established, and gets an
+`ApiError` (common/errors.py) for a request that cannot be admitted.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import ContextManager
+
+from common.celery_app import TASK_GENERATE, task_options
+from common.errors import ApiError
+from common.eta import WorkerLoad, retry_after
+from common.models import ModelRef, ModelUnavailable, resolve_model
+from common.offload import off_the_loop
+from common.prompting import PromptBuilder, TemplateError
+from common.schemas import JobRequest, JobStatus
+from common.stores import Stores
+from common.webhooks import DEFAULT_JOB_EVENTS, WebhookUrlError, validate_webhook_url
+
+
+class Admission:
+    def __init__(self, stores: Stores):
+        self.stores = stores
+        self.settings = stores.settings
+        self.store = stores.store
+        self._lock = threading.Lock()
+        self._model: tuple[ModelRef, PromptBuilder] | None = None
+        self._swept_at = 0.0
+
+    def model(self) -> tuple[ModelRef, PromptBuilder]:
+        """The served model and its prompt builder; 503 until a worker has prepared the model."""
+        with self._lock:
+            if self._model is None:
+                try:
+                    ref = resolve_model(self.settings, prepare=False)
+                except ModelUnavailable as exc:
+                    raise ApiError(503, "model_unavailable", str(exc), {"Retry-After": "10"})
+                self._model = (ref, PromptBuilder(ref.path, self.settings.max_model_len))
+            return self._model
+
+    def submit(self, req: JobRequest, *, owner: str | None, priority: str, weight: float = 1.0,
+               webhook: dict | None = None,
+               hold: Callable[[str], ContextManager] = lambda job_id: contextlib.nullcontext()) -> tuple[int, dict]:
+        """Returns (HTTP status, job record): 200 for a cache hit, 202 for a queued job. `webhook`
+        comes from `webhook_fields`; `hold(job_id)` is held while the job is created and its ticket
+        sent (the API's per-key concurrency slot)."""
+        fields, digest = self.prepare(req, owner, priority)
+        fields.update(webhook or {})
+        hit = self.store.cache_get(digest) if digest and self.settings.cache_ttl_s > 0 else None
+        if hit is not None:
+            return 200, self._answer_from_cache(fields, hit)
+
+        fields.update(status=JobStatus.QUEUED.value, cache_key=digest,
+                      **self._deadlines(req, fields["created_at"]))
+        job_id = fields["id"]
+        coalesce = digest if self.settings.coalesce else None
+        self.sweep_expired()
+        with hold(job_id):
+            if coalesce and self.store.attach(job_id, fields, coalesce):
+                return 202, self.store.get(job_id)  # rides on an identical queued or running job
+
+            def create() -> bool:
+                return self.store.create(job_id, fields, self.settings.max_queue, weight=weight, digest=coalesce)
+            # a full queue may be full of jobs past their deadline: they leave it, and we count again
+            if not create() and not (self.store.sweep_expired() and create()):
+                raise ApiError(429, "queue_full", f"{self.settings.max_queue} jobs are already waiting; "
+                                                  "retry later", {"Retry-After": str(self.retry_after())})
+            self._send_ticket(job_id, fields)
+        return 202, self.store.get(job_id)
+
+    def prepare(self, req: JobRequest, owner: str | None, priority: str) -> tuple[dict, str | None]:
+        """Everything a job record needs from a validated request: the model check, the prompt's
+        tokens, sampling within the context (ApiError otherwise). Returns (fields, digest); the
+        digest names identical requests, for the result cache and for coalescing (None: not
+        deterministic or cache off)."""
+        model, builder = self.model()
+        if req.model not in (None, model.name):
+            raise ApiError(404, "model_not_found", f"model {req.model!r} is not served here; "
+                                                   f"this deployment serves {model.name!r}")
+        messages = [m.model_dump() for m in req.messages] if req.messages else None
+        try:
+            _, prompt_ids = off_the_loop(builder.build, messages, req.prompt)
+        except TemplateError as exc:
+            raise ApiError(422, "validation_error", f"messages: {exc}")
+        sampling = self._sampling_within_context(req, len(prompt_ids), builder.context_length)
+        digest = _cache_key(model.name, prompt_ids, sampling) if req.cache and req.deterministic else None
+        fields = {
+            "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
+            "prompt_tokens": len(prompt_ids), "queue": self.stores.keys.queue(model.name),
+            "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
+            "owner": owner, "priority": priority,
+            "max_tokens": sampling["max_tokens"],  # read on its own by the ETAs (common/eta.py)
+        }
+        return fields, digest
+
+    def webhook_fields(self, req: JobRequest) -> dict:
+        """The job record's webhook fields, once the URL is known to be allowed (a 422 naming the
+        field otherwise; the OpenAI endpoints answer it as a 400 with `param`)."""
+        if req.webhook is None:
+            return {}
+        try:
+            url = validate_webhook_url(req.webhook, self.settings)
+        except WebhookUrlError as exc:
+            raise ApiError(422, "validation_error", f"webhook: {exc}", param="webhook",
+                           details=[{"field": "webhook", "message": str(exc)}])
+        events = list(dict.fromkeys(req.webhook_events or DEFAULT_JOB_EVENTS))
+        return {"webhook": url, "webhook_events": ",".join(events)}
+
+    def admit_batch_line(self, job_id: str, fields: dict, digest: str | None, *,
+                         weight: float, queued_key: str, deadline: float) -> None:
+        """Admit one line of a batch as job `job_id` (see common/batches.py): like `submit`
+        (cache, coalescing, the fair queue, the same workers) but at the "batch" level, outside the
+        interactive admission bound and per-key limits, and never as the job others coalesce onto
+        (an interactive request must not wait at batch priority). Idempotent: a job that exists is
+        left as it is, except that a queued one gets another ticket (one may have been lost when the
+        caller died between creating the job and sending it; a spare ticket does nothing)."""
+        record = self.store.get(job_id)
+        if record is not None:
+            if record.get("status") == JobStatus.QUEUED.value and not record.get("coalesced_into"):
+                self.send_spare_ticket(record)
+            return
+        fields = {**fields, "id": job_id, "created_at": time.time(), "priority": "batch"}
+        hit = self.store.cache_get(digest) if digest and self.settings.cache_ttl_s > 0 else None
+        if hit is not None:
+            self._answer_from_cache(fields, hit)
+            return
+        fields.update(status=JobStatus.QUEUED.value, cache_key=digest, queue_deadline=deadline,
+                      run_timeout_s=self.settings.run_timeout_s or None)
+        if digest and self.settings.coalesce and self.store.attach(job_id, fields, digest):
+            return
+        self.store.create(job_id, fields, 0, weight=weight, queued_key=queued_key)
+        self._send_ticket(job_id, fields, spare=True)
+
+    def send_spare_ticket(self, record: dict) -> None:
+        """One more ticket for a queued job's model queue (see `_send_ticket`)."""
+        self._send_ticket(record["id"], record, spare=True)
+
+    def sweep_expired(self) -> None:
+        """Expire queued jobs past their deadline, at most once a second per process: a burst of
+        thousands of submissions needs one sweep, not one each (workers sweep on their own too)."""
+        now = time.monotonic()
+        if now - self._swept_at >= 1.0:
+            self._swept_at = now
+            self.store.sweep_expired()
+
+    def retry_after(self) -> int:
+        """Seconds until the full queue has room again, at the rate the workers measure."""
+        excess = max(self.store.queue_depth() - self.settings.max_queue, 0)
+        return retry_after(excess, [WorkerLoad.from_heartbeat(w) for w in self.store.live_workers()])
+
+    def _send_ticket(self, job_id: str, fields: dict, spare: bool = False) -> None:
+        """The Celery message: a ticket for the model's fair queue (common/fair_queue.py). A spare
+        ticket (a batch line's, possibly sent twice) gets a task id of its own, since a ticket's id
+        maps to the job it took; and its failure leaves the job queued for the batch's next pass."""
+        options = task_options(self.settings, job_id, fields["model"])
+        if spare:
+            options["task_id"] = uuid.uuid4().hex
+        try:
+            self.stores.celery.send_task(TASK_GENERATE, args=[job_id, fields["model"]], queue=fields["queue"],
+                                         **options)
+        except Exception:
+            if not spare:
+                self.store.finish(job_id, JobStatus.FAILED, finish_reason="error",
+                                  error={"type": "enqueue_failed", "message": "could not reach the broker"})
+            raise
+
+    def _deadlines(self, req: JobRequest, now: float) -> dict:
+        """The job's queue deadline (epoch s) and run limit (s): the request may only shorten the
+        server's limits (0 there: none)."""
+        queue_s = min(filter(None, (req.queue_timeout, self.settings.queue_timeout_s)), default=None)
+        run_s = min(filter(None, (req.run_timeout, self.settings.run_timeout_s)), default=None)
+        return {"queue_deadline": now + queue_s if queue_s else None, "run_timeout_s": run_s}
+
+    def _sampling_within_context(self, req: JobRequest, prompt_tokens: int, context: int) -> dict:
+        settings = self.settings
+        if req.max_tokens > settings.max_tokens_cap:
+            raise ApiError(422, "validation_error",
+                           f"max_tokens: at most {settings.max_tokens_cap} (got {req.max_tokens})")
+        room = context - prompt_tokens
+        if room < 1:
+            raise ApiError(413, "context_length_exceeded",
+                           f"the prompt has {prompt_tokens} tokens; the model's context is {context}")
+        max_tokens = req.max_tokens if "max_tokens" in req.model_fields_set else settings.default_max_tokens
+        if max_tokens > room:
+            if "max_tokens" in req.model_fields_set:
+                raise ApiError(413, "context_length_exceeded",
+                               f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the "
+                               f"model's context of {context}; lower max_tokens to {room} or less")
+            max_tokens = room
+        sampling = req.sampling().model_dump()
+        sampling["max_tokens"] = max_tokens
+        return sampling
+
+    def _answer_from_cache(self, fields: dict, hit: dict) -> dict:
+        now = time.time()
+        fields.update(status=JobStatus.SUCCEEDED.value, cached=True, started_at=now, finished_at=now,
+                      text=hit["text"], finish_reason=hit["finish_reason"],
+                      completion_tokens=hit["completion_tokens"])
+        job_id = fields["id"]
+        self.store.create_finished(job_id, fields)
+        self.store.append_event(job_id, "chunk", {"index": 0, "text": hit["text"]})
+        self.store.publish_done(job_id)
+        return self.store.get(job_id)
+
+
+def _cache_key(model: str, prompt_ids: list[int], sampling: dict) -> str:
+    blob = json.dumps({"model": model, "prompt": prompt_ids, "sampling": sampling}, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()
