@@ -21,7 +21,7 @@ from common.models import resolve_model  # noqa: E402
 from common.prompting import PromptBuilder  # noqa: E402
 from common.settings import Settings  # noqa: E402
 from worker.engine.sequence import EngineRequest, Sampling  # noqa: E402
-from worker.runtime import _build_engine  # noqa: E402
+from worker.engine.registry import build_engine  # noqa: E402
 
 PROMPTS = ["Explain what a job queue is.", "Name three rivers in Europe.", "Write a haiku about rain.",
            "What is 17 times 3?", "Describe a cat in one sentence.", "Why is the sky blue?"]
@@ -46,7 +46,7 @@ def main() -> None:
     settings = Settings(engine=args.engine, model=args.model, max_batch_size=max(args.requests, 1),
                         allow_download=False)
     model = resolve_model(settings, prepare=True)
-    engine, _ = _build_engine(settings, model)
+    engine, _ = build_engine(settings, model)
     builder = PromptBuilder(model.path, settings.max_model_len)
     prompts = [builder.build([{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}], None)[1]
                for i in range(args.requests)]

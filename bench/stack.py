@@ -181,7 +181,8 @@ class VllmServer:
     def __init__(self, model_path: str, log_dir: Path, dtype: str, kv_cache_mb: int, max_batch: int,
                  eager: bool = False):
         from common.settings import Settings
-        from worker.engine.vllm_engine import cpu_binding_env, vllm_dtype
+        from worker.engine.vllm_engine import vllm_dtype
+        from worker.pinning import cpu_binding_env
 
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

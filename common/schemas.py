@@ -22,11 +22,16 @@ class JobStatus(str, enum.Enum):
 
 
 class FinishReason(str, enum.Enum):
+    """Why a generation ended. A str, so JSON, Redis fields and comparisons with "stop" see the word."""
+
     STOP = "stop"
     LENGTH = "length"
     CANCELLED = "cancelled"
     ERROR = "error"
     TIMEOUT = "timeout"
+
+    def __str__(self) -> str:  # "stop", not "FinishReason.STOP", wherever it is formatted or written
+        return self.value
 
 
 # Events a job's webhook may be sent for (common/webhooks.py)

@@ -118,7 +118,7 @@ class Settings(BaseSettings):
         0.0, ge=0, le=20, description="on CPU, how long the worker holds each step's tokens before "
                                       "relaying them, so that vLLM's engine core schedules the next "
                                       "step before the relay (worker, Redis, API) takes the core; "
-                                      "0: relay at once (see vllm_engine.relay_delay_s)")
+                                      "0: relay at once (see worker.pinning.relay_delay_s)")
 
     # Faults, deadlines, auth, rate limits, priorities
     broker_restore_interval_s: float = Field(

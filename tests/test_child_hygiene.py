@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from worker.engine.vllm_engine import cpu_binding_env
+from worker.pinning import cpu_binding_env
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -1,6 +1,6 @@
 """The engine contract, on every real engine: the HF engine, OpenVINO GenAI and vLLM (its CPU build).
 
-Each test runs once per engine, built the way the worker builds it (`_build_engine`), on the
+Each test runs once per engine, built the way the worker builds it (`registry.build_engine`), on the
 embedded model in float32. An engine that is not installed skips cleanly. One engine of each
 kind is started for the whole module (vLLM's start-up is the slow part: about a minute on CPU).
 """
@@ -33,9 +33,9 @@ ENGINE_MODULES = {"hf": "torch", "openvino": "openvino_genai", "vllm": "vllm"}
 @pytest.fixture(scope="module", params=list(ENGINE_MODULES))
 def engine(request, model_ref):
     pytest.importorskip(ENGINE_MODULES[request.param], reason=f"the {request.param} engine is not installed")
-    from worker.runtime import _build_engine
+    from worker.engine.registry import build_engine
 
-    built, info = _build_engine(engine_settings(request.param), model_ref)
+    built, info = build_engine(engine_settings(request.param), model_ref)
     assert info["engine"] == request.param  # built as asked, not a fallback
     built.kind, built.info = request.param, info
     yield built
@@ -146,9 +146,9 @@ def test_json_object_output_is_an_object(engine, prompts):
 
 @pytest.fixture(scope="module")
 def hf_token_ids(model_ref, prompts):
-    from worker.runtime import _build_engine
+    from worker.engine.registry import build_engine
 
-    hf, _ = _build_engine(engine_settings("hf"), model_ref)
+    hf, _ = build_engine(engine_settings("hf"), model_ref)
     return token_ids(hf, prompts, 24, "hf")
 
 

@@ -22,10 +22,10 @@ MIN_MEAN_COMMON_PREFIX = 12
 
 
 def build(model_ref, **overrides):
-    from worker.runtime import _build_engine
+    from worker.engine.registry import build_engine
 
     settings = make_settings(**{"engine": "openvino", "kv_cache_mb": 128, "max_batch_size": 8, **overrides})
-    return _build_engine(settings, model_ref)
+    return build_engine(settings, model_ref)
 
 
 @pytest.fixture(scope="module")
@@ -69,11 +69,11 @@ def test_a_model_openvino_cannot_serve_falls_back_to_the_hf_engine(model_ref, tm
     from dataclasses import replace
 
     folder_only = replace(model_ref, gguf=None)
-    from worker.runtime import _build_engine
+    from worker.engine.registry import build_engine
 
     settings = make_settings(engine="openvino", model_cache_dir=tmp_path, openvino_export_python=tmp_path / "none",
                              kv_cache_mb=64)
-    engine, info = _build_engine(settings, folder_only)
+    engine, info = build_engine(settings, folder_only)
     assert info["engine"] == "hf"
 
 

@@ -216,7 +216,7 @@ def test_auto_engine_is_vllm_on_a_gpu_openvino_on_a_cpu_else_hf(monkeypatch):
 
     import torch
 
-    from worker.runtime import choose_engine
+    from worker.engine.registry import choose_engine
 
     def installed(*names):
         monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name in names else None)

@@ -3,7 +3,7 @@ import requests
 
 from tests.conftest import free_port
 from tests.metrics_util import parse_metrics, value
-from worker.engine.engine import EngineStats
+from worker.engine.protocol import EngineStats
 from worker.metrics import WorkerMetrics
 
 

@@ -10,7 +10,7 @@ import os
 
 from common.logs import setup_logging
 from common.settings import get_settings
-from worker.pinning import parse_cpus
+from worker.pinning import keep_off_the_compute_cores, parse_cpus, yield_to_the_engine_core
 
 
 def pin(cpus: str | None, torch_threads: int | None) -> None:
@@ -41,8 +41,6 @@ def main(argv: list[str] | None = None) -> None:
 
     runtime = WorkerRuntime.build(settings)
     if runtime.engine_kind == "vllm":  # service threads off the compute cores, and below vLLM's
-        from worker.engine.vllm_engine import keep_off_the_compute_cores, yield_to_the_engine_core
-
         keep_off_the_compute_cores(settings.vllm_cpu_reserved_cores)
         yield_to_the_engine_core(settings.vllm_relay_nice)
     set_runtime(runtime)

@@ -22,7 +22,7 @@ import redis
 
 from common.jobs import JobStore
 from common.logs import job_context
-from common.schemas import JobStatus
+from common.schemas import FinishReason, JobStatus
 from common.settings import Settings
 from worker.engine.loop import EngineLoop, RequestStream
 from worker.engine.sequence import EngineRequest, RequestOutput, ResponseFormat, Sampling
@@ -33,9 +33,9 @@ from worker.metrics import WorkerMetrics
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-_STATUS_BY_REASON = {"stop": JobStatus.SUCCEEDED, "length": JobStatus.SUCCEEDED,
-                     "cancelled": JobStatus.CANCELLED, "error": JobStatus.FAILED,
-                     "timeout": JobStatus.EXPIRED}
+_STATUS_BY_REASON = {FinishReason.STOP: JobStatus.SUCCEEDED, FinishReason.LENGTH: JobStatus.SUCCEEDED,
+                     FinishReason.CANCELLED: JobStatus.CANCELLED, FinishReason.ERROR: JobStatus.FAILED,
+                     FinishReason.TIMEOUT: JobStatus.EXPIRED}
 
 
 class Superseded(Exception):
@@ -52,7 +52,7 @@ class _Progress:
     batch_size_max: int = 0
     first_token_at: float | None = None
     finish: RequestOutput | None = None
-    abort_reason: str | None = None  # 'timeout' when we stopped it; None for a client cancel
+    abort_reason: FinishReason | None = None  # TIMEOUT when we stopped it; None for a client cancel
     cancel_asked: bool = False  # a client asked to cancel (read from Redis)
     aborted: bool = False  # the engine was told to stop this request
     buffering: bool = False  # Redis was unavailable at the last write
@@ -102,13 +102,13 @@ class JobRunner:
     def run(self, job_id: str) -> dict:
         if self._retrying(lambda: self.store.expire_if_overdue(job_id)):
             log.info("job %s: expired in the queue", job_id, extra={"job_id": job_id})
-            return {"job_id": job_id, "status": JobStatus.EXPIRED.value, "finish_reason": "timeout"}
+            return {"job_id": job_id, "status": JobStatus.EXPIRED.value, "finish_reason": FinishReason.TIMEOUT}
         outcome, attempt = self._claim(job_id)
         log.info("job %s: %s (attempt %d)", job_id, outcome, attempt, extra={"job_id": job_id})
         if outcome == "cancel":
-            return self._end(job_id, None, JobStatus.CANCELLED, finish_reason="cancelled")
+            return self._end(job_id, None, JobStatus.CANCELLED, finish_reason=FinishReason.CANCELLED)
         if outcome == "poison":
-            return self._end(job_id, None, JobStatus.FAILED, finish_reason="error", error={
+            return self._end(job_id, None, JobStatus.FAILED, finish_reason=FinishReason.ERROR, error={
                 "type": "poison_job", "message": f"job was delivered {attempt} times and each "
                 f"attempt lost its worker; giving up (max_attempts={self.settings.max_attempts})"})
         if outcome not in ("start", "restart"):
@@ -127,7 +127,7 @@ class JobRunner:
         except Exception as exc:
             log.exception("job %s failed", job_id, extra={"job_id": job_id})
             self.loop.abort(job_id)
-            return self._end(job_id, attempt, JobStatus.FAILED, finish_reason="error",
+            return self._end(job_id, attempt, JobStatus.FAILED, finish_reason=FinishReason.ERROR,
                              error={"type": "worker_error", "message": str(exc)})
         finally:
             self.leases.release(job_id)
@@ -162,16 +162,16 @@ class JobRunner:
             self._stop_if_due(job_id, progress, deadline)
         self._retrying(lambda: self._publish(job_id, attempt, progress, raise_errors=True))
         out = progress.finish
-        if self.meter and out.finish_reason in ("stop", "length"):
+        if self.meter and out.finish_reason in (FinishReason.STOP, FinishReason.LENGTH):
             self.meter.record_job(progress.completion_tokens)
         if self.metrics:
             self.metrics.job_generated(record["created_at"], progress.first_token_at, time.time(),
                                        progress.completion_tokens)
-        reason = progress.abort_reason if out.finish_reason == "cancelled" and progress.abort_reason \
+        reason = progress.abort_reason if out.finish_reason == FinishReason.CANCELLED and progress.abort_reason \
             else out.finish_reason
         status = _STATUS_BY_REASON[reason]
         error = {"type": out.error_type, "message": out.error} if out.error else None
-        if reason == "timeout":
+        if reason == FinishReason.TIMEOUT:
             error = {"type": "run_timeout", "message": f"generation ran past its {run_timeout:g} s "
                                                        "limit and was stopped; the text so far is kept"}
         result = self._end(job_id, attempt, status, finish_reason=reason, text=progress.text,
@@ -191,7 +191,7 @@ class JobRunner:
         if progress.aborted:
             return
         if deadline is not None and time.monotonic() >= deadline:
-            progress.abort_reason = "timeout"
+            progress.abort_reason = FinishReason.TIMEOUT
         if progress.abort_reason or progress.cancel_asked:
             progress.aborted = True
             self.loop.abort(job_id)

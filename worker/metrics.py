@@ -13,7 +13,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, Info, start
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.utils import floatToGoString
 
-from worker.engine.engine import EngineStats
+from worker.engine.protocol import EngineStats
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,7 @@
-"""CPU sets for workers: parse them, split a machine's CPUs among K pinned workers, and split a
-vLLM worker's set into service and compute cores.
+"""Where llmq's work runs on the CPUs: a CPU set per worker, and beside vLLM on a CPU, which cores
+and which priority its compute, its engine core and the worker's own threads get.
+
+Every placement decision lives here, so an engine adapter only applies what this module says.
 
 `python -m worker.pinning K` prints K CPU specs, one a line (used by `ops/workers.sh`): each worker
 gets its own contiguous share of the CPUs this process may use, so two workers never compete for a
@@ -9,8 +11,11 @@ there beside vLLM's engine core (both used by `ops/run.sh` to start the API besi
 """
 from __future__ import annotations
 
+import logging
 import os
 import sys
+
+log = logging.getLogger(__name__)
 
 
 def parse_cpus(spec: str) -> set[int]:
@@ -96,6 +101,69 @@ def lower_priority(pid: int, nice: int) -> int:
         except (ProcessLookupError, FileNotFoundError):
             pass
     return changed
+
+
+def cpu_binding_env(cpus: set[int], reserved: int) -> dict[str, str]:
+    """vLLM's CPU thread binding, taken from the worker's CPU set rather than the whole machine:
+    compute threads on the compute cores, `reserved` service cores left to vLLM's scheduler
+    process, the job threads and, on a small machine, the API and Redis. Reserving a core spares
+    the lock-step matrix work from preemption but takes a whole core from it, which costs more on
+    small workers; so by default nothing is reserved (docs/vllm-on-cpu.md)."""
+    _, compute = service_and_compute(cpus, reserved)
+    return {"VLLM_CPU_OMP_THREADS_BIND": format_cpus(compute),
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(len(cpus) - len(compute))}
+
+
+def keep_off_the_compute_cores(reserved: int) -> None:
+    """Once vLLM runs on CPU with cores reserved: every thread of this process (job threads,
+    Celery's, the engine loop) moves to the service cores, so none lands on a compute core and
+    makes the model's step wait for it. vLLM's own processes stay where vLLM put them, as under
+    vLLM's own server: its engine core must stay free to run on any core, since it schedules the
+    next step exactly while the relay keeps the service core busy. With nothing reserved there is
+    nowhere else to go, and nothing moves.
+
+    It changes the whole process's placement, so the worker's entry point calls it, not the
+    engine (which tests also build inside the test process)."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    service, compute = service_and_compute(os.sched_getaffinity(0), reserved)
+    if service == compute:
+        return
+    moved = confine_to(service, compute, [os.getpid()])
+    log.info("vLLM computes on cores %s; %d worker threads moved to service cores %s", compute, moved, service)
+
+
+def yield_to_the_engine_core(nice: int) -> None:
+    """Once vLLM runs on CPU: this process's own threads (the relay of tokens to Redis, Celery's,
+    the engine loop's) take niceness `nice`; vLLM's children, started before, keep theirs.
+
+    The relay wakes exactly when vLLM's engine core schedules the next step, and the relay can
+    lose a few milliseconds unnoticed while the step cannot. But with vLLM computing on every
+    core (the default) a nicer relay waits for the compute threads instead and each job ends
+    later, so the default is 0 (docs/vllm-on-cpu.md)."""
+    import torch
+
+    if torch.cuda.is_available() or nice <= 0:
+        return
+    changed = lower_priority(os.getpid(), nice)
+    log.info("worker threads at niceness %d (%d changed), below vLLM's engine core", nice, changed)
+
+
+def relay_delay_s(settings) -> float:
+    """How long each vLLM step's tokens wait in the worker before they are relayed (CPU only).
+
+    Between steps vLLM's engine core spins on `sched_yield`, which hands its core to any runnable
+    thread: the relay the tokens wake would run first and delay the next step by its own time.
+    Holding the tokens a moment lets the engine core schedule first, and the relay then overlaps
+    the next step's compute. Once vLLM's children ran without a wrapper frame the delay no longer
+    paid, so it is off by default and kept as a knob for other hosts (docs/vllm-on-cpu.md)."""
+    import torch
+
+    if settings is None or torch.cuda.is_available():
+        return 0.0
+    return settings.vllm_relay_delay_ms / 1000
 
 
 def _threads(pid: int) -> list[int]:

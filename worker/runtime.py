@@ -20,8 +20,8 @@ from common.models import ModelRef, resolve_model
 from common.redis_client import redis_client
 from common.settings import Settings
 from common.webhooks import Webhooks, job_webhook_hook
-from worker.engine.engine import LLMEngine
 from worker.engine.loop import EngineLoop
+from worker.engine.registry import build_engine, choose_engine
 from worker.metrics import WorkerMetrics
 from worker.lease import Leases, lease_ttl
 from worker.load_meter import LoadMeter
@@ -56,7 +56,7 @@ class WorkerRuntime:
         model = resolve_model(settings, prepare=True)
         log.info("loading model %s from %s (%s), engine=%s", model.name, model.path, model.source,
                  settings.engine)
-        engine, info = _build_engine(settings, model)
+        engine, info = build_engine(settings, model)
         return cls(settings, model, EngineLoop(engine), info["engine"], info)
 
     @property
@@ -106,62 +106,6 @@ class WorkerRuntime:
         self.store.heartbeat(info, ttl_s=max(3, int(3 * self.settings.heartbeat_s)))
         self.leases.renew()  # keep the jobs (and broker messages) this worker holds
         self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
-
-
-def choose_engine(setting: str) -> str:
-    """'auto' -> vLLM on a CUDA GPU; on a CPU OpenVINO (int8 weights and continuous batching in
-    C++, a plain wheel that starts in seconds; vLLM's CPU build, never picked unasked, takes a
-    minute and 4 GiB and is faster only at high concurrency on larger models on some CPUs:
-    docs/benchmarks.md); the HF engine where neither is installed."""
-    if setting != "auto":
-        return setting
-    import importlib.util
-
-    if torch.cuda.is_available() and importlib.util.find_spec("vllm"):
-        return "vllm"
-    return "openvino" if importlib.util.find_spec("openvino_genai") else "hf"
-
-
-def _build_engine(settings: Settings, model: ModelRef):
-    """The engine and what the heartbeat says of it: which engine, dtype, KV capacity in tokens
-    (and for OpenVINO the weight format). A model the OpenVINO engine cannot serve is served by
-    the HF engine, with the reason in the log."""
-    if settings.engine == "vllm":
-        from worker.engine.vllm_engine import VLLMEngine
-
-        engine = VLLMEngine(model.path, settings)
-        return engine, {"engine": "vllm", **engine.info}
-    if settings.engine == "openvino":
-        from worker.engine.openvino_model import OpenVINOUnavailable, open_engine
-
-        try:
-            engine = open_engine(model, settings)
-            return engine, {"engine": "openvino", **engine.info}
-        except OpenVINOUnavailable as exc:
-            log.error("the OpenVINO engine cannot serve %s: %s; falling back to the HF engine", model.name, exc)
-    return _build_hf_engine(settings, model)
-
-
-def _build_hf_engine(settings: Settings, model: ModelRef):
-    from transformers import AutoTokenizer
-
-    from worker.engine.prefix_cache import PrefixCache
-    from worker.engine.runner_hf import HFModelRunner
-    from worker.engine.structured import StructuredOutput
-
-    runner = HFModelRunner(model.path, settings.dtype, settings.max_batch_size, settings.max_model_len)
-    per_token = runner.kv_bytes_per_token
-    if settings.prefix_cache_mb:
-        runner.prefix = PrefixCache(settings.prefix_block_size, settings.prefix_cache_mb * 2**20 // per_token)
-    budget = settings.kv_cache_mb * 2**20 // per_token
-    log.info("engine: dtype=%s, KV budget %d MB = %d tokens, prefix cache %d MB", runner.dtype,
-             settings.kv_cache_mb, budget, settings.prefix_cache_mb)
-    tokenizer = AutoTokenizer.from_pretrained(model.path)
-    structured = StructuredOutput.from_tokenizer(tokenizer, runner.config.vocab_size, runner.eos_token_ids)
-    engine = LLMEngine(runner, tokenizer, settings.max_batch_size, budget, settings.max_prefill_tokens,
-                       structured)
-    return engine, {"engine": "hf", "dtype": str(runner.dtype).removeprefix("torch."),
-                    "kv_capacity_tokens": budget, "prefix_caching": runner.prefix is not None}
 
 
 _runtime: WorkerRuntime | None = None

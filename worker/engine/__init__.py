@@ -1,8 +1,10 @@
-"""The generation engine: plain Python and torch, no Celery, no Redis.
+"""The generation engines: plain Python, no Celery, no Redis.
 
-`scheduler` decides who runs each step, `runner_*` runs the model on a batch, `sampler` picks tokens,
-`detokenizer` turns tokens into text deltas with stop strings, `engine` ties them into `step()`,
-and `loop` drives `step()` on a background thread for callers on other threads.
+`protocol` says what every engine offers and `registry` which engines there are; `output` turns
+every engine's token ids into text and finish reasons. The HF engine is `engine` (`scheduler`
+decides who runs each step, `runner_hf` runs the model, `sampler` picks tokens); `vllm_engine` and
+`openvino_engine` adapt engines that schedule and sample on their own. `loop` drives any of them on
+a background thread for callers on other threads.
 """
 from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
 

@@ -1,18 +1,20 @@
-"""The engine step: schedule -> run the model -> sample -> detokenize -> outputs.
+"""The HF engine: schedule -> run the model -> sample, in plain Python and torch.
 
-Single-threaded by design; `loop.EngineLoop` drives it for callers on other threads. A failure of
-one request (bad params) fails that request only; a failure of the model step fails every
-in-flight request, and the engine stays usable for the next ones.
+The reference engine, and the one that serves any model transformers loads. Text, stop strings
+and finish reasons come from the shared `output.OutputProcessor`; JSON output (response_format)
+is enforced here, by masking logits with an xgrammar matcher per request.
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 import torch
 
-from worker.engine.detokenizer import Decoder, IncrementalDetokenizer
+from common.schemas import FinishReason
+from worker.engine.detokenizer import Decoder
+from worker.engine.output import OutputProcessor
+from worker.engine.protocol import EngineStats
 from worker.engine.sampler import make_generator, sample
 from worker.engine.scheduler import Scheduler
 from worker.engine.sequence import EngineRequest, RequestOutput, Sequence
@@ -37,26 +39,10 @@ class ModelRunner(Protocol):
     rows: list[str]
 
 
-@dataclass
-class EngineStats:
-    steps: int = 0
-    prefill_steps: int = 0
-    decode_steps: int = 0
-    max_batch_size: int = 0
-    tokens_generated: int = 0
-    last_batch_size: int = 0
-    batch_size_histogram: dict[int, int] = field(default_factory=dict)
-
-    def record_step(self, batch_size: int, prefill: bool) -> None:
-        self.steps += 1
-        self.prefill_steps += prefill
-        self.decode_steps += not prefill
-        self.last_batch_size = batch_size
-        self.max_batch_size = max(self.max_batch_size, batch_size)
-        self.batch_size_histogram[batch_size] = self.batch_size_histogram.get(batch_size, 0) + 1
-
-
 class LLMEngine:
+    """The engine protocol (`protocol.Engine`) on a `ModelRunner`; the step is the model's own
+    computation, so it is always `ready`."""
+
     def __init__(self, runner: ModelRunner, tokenizer: Decoder, max_batch_size: int = 16,
                  kv_budget_tokens: int = 1 << 20, max_prefill_tokens: int = 1 << 30,
                  structured: StructuredOutput | None = None):
@@ -66,26 +52,22 @@ class LLMEngine:
         self.scheduler = Scheduler(max_batch_size, kv_budget_tokens, max_prefill_tokens,
                                    getattr(runner, "prefill_tokens", len))
         self.stats = EngineStats()
-        self._detok: dict[str, IncrementalDetokenizer] = {}
+        self.processor = OutputProcessor(tokenizer, self.stats, runner.eos_token_ids)
         self._generators: dict[str, torch.Generator] = {}
         self._seqs: dict[str, Sequence] = {}
         self._matchers: dict[str, GrammarMatcher] = {}  # request id -> its grammar matcher (JSON output)
-        self._aborted: list[str] = []
 
     # --- requests -------------------------------------------------------------------------
     def add_request(self, request: EngineRequest) -> None:
-        if request.request_id in self._seqs:
-            raise ValueError(f"request {request.request_id} is already in the engine")
-        if not request.prompt_token_ids:
-            raise ValueError("empty prompt")
+        self.processor.check_new(request)
         matcher = self._matcher_for(request)
         seq = Sequence(request)
         self.scheduler.add(seq)
         if matcher is not None:
             self._matchers[seq.id] = matcher
         self._seqs[seq.id] = seq
-        self._detok[seq.id] = IncrementalDetokenizer(self.tokenizer, request.sampling.stop)
         self._generators[seq.id] = make_generator(request.sampling)
+        self.processor.add(request)
 
     def _matcher_for(self, request: EngineRequest):
         fmt = request.sampling.response_format
@@ -96,24 +78,22 @@ class LLMEngine:
         return self.structured.matcher(fmt)
 
     def abort_request(self, request_id: str) -> None:
-        """Mark for removal; the next `step` reports it finished with reason 'cancelled'."""
-        if request_id in self._seqs:
-            self._aborted.append(request_id)
+        self.processor.cancel(request_id)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_work() or bool(self._aborted)
+        return self.processor.has_unfinished()
 
     def ready(self) -> bool:
-        """Whether `step` has something to do without waiting: always here, where the step is the
-        model's computation itself (vLLM's adapter waits for another process's step)."""
         return True
 
     def on_ready(self, wake) -> None:
-        """Nothing to announce: this engine is always ready (see `ready`)."""
+        """Nothing to announce: this engine is always ready."""
 
     # --- the step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
-        outputs = self._retire_aborted()
+        outputs = self.processor.take_cancelled()
+        for out in outputs:
+            self._drop(out)
         batch = self.scheduler.schedule()
         if batch.empty:
             return outputs
@@ -127,8 +107,10 @@ class LLMEngine:
             return outputs + self.fail_all(f"engine error: {exc}")
         self.stats.record_step(len(self.runner.rows), prefill=bool(batch.prefill))
         for seq, token in zip(ordered, tokens):
-            outputs.append(self._advance(seq, token))
-        self.runner.release([o.request_id for o in outputs if o.finished])
+            out = self._advance(seq, token)
+            if out.finished:
+                self._drop(out)
+            outputs.append(out)
         return outputs
 
     def _run(self, batch) -> tuple[torch.Tensor, list[str]]:
@@ -148,64 +130,50 @@ class LLMEngine:
                       [s.output_token_ids for s in seqs])
 
     def _advance(self, seq: Sequence, token: int) -> RequestOutput:
+        """The grammar has its say first; the rest (EOS, stop strings, max_tokens) is the output
+        processor's. A completed JSON document ends the request as EOS would."""
         seq.output_token_ids.append(token)
-        self.stats.tokens_generated += 1
-        detok = self._detok[seq.id]
-        reason = None
         matcher = self._matchers.get(seq.id)
         if matcher is not None and not matcher.accept_token(token):
-            self._finish(seq, "error")
-            out = self._output(seq, "", [token], "error")
-            out.error = f"structured output: token {token} does not fit the grammar"
-            return out
-        if token in self.runner.eos_token_ids:
-            reason = "stop"
-            text = detok.flush()
-        else:
-            text = detok.add(token)
-            if detok.stopped:
-                reason = "stop"
-            elif matcher is not None and matcher.is_terminated():
-                reason = "stop"  # the JSON is complete
-                text += detok.flush()
-            elif len(seq.output_token_ids) >= seq.sampling.max_tokens:
-                reason = "length"
-                text += detok.flush()
-        if reason:
-            self._finish(seq, reason)
-        return self._output(seq, text, [token], reason)
-
-    def _retire_aborted(self) -> list[RequestOutput]:
-        outputs = []
-        for request_id in dict.fromkeys(self._aborted):
-            seq = self._seqs.get(request_id)
-            if seq is not None:
-                self._finish(seq, "cancelled")
-                self.runner.release([request_id])
-                outputs.append(self._output(seq, "", [], "cancelled"))
-        self._aborted.clear()
-        return outputs
+            return self.processor.finish(seq.id, FinishReason.ERROR, new_ids=[token],
+                                       error=f"structured output: token {token} does not fit the grammar")
+        done = matcher is not None and matcher.is_terminated()
+        return self.processor.advance(seq.id, [token], FinishReason.STOP if done else None)
 
     def fail_all(self, message: str) -> list[RequestOutput]:
-        outputs = []
-        for seq in list(self._seqs.values()):
-            self._finish(seq, "error")
-            out = self._output(seq, "", [], "error")
-            out.error = message
-            outputs.append(out)
+        outputs = self.processor.fail_all(message)
+        for out in outputs:
+            self._drop(out)
         self.runner.release(list(self.runner.rows))
         return outputs
 
-    def _finish(self, seq: Sequence, reason: str) -> None:
-        self.scheduler.finish(seq, reason)
-        self._seqs.pop(seq.id, None)
-        self._detok.pop(seq.id, None)
+    def _drop(self, out: RequestOutput) -> None:
+        """A request ended: out of the scheduler, and its runner row freed."""
+        seq = self._seqs.pop(out.request_id)
+        self.scheduler.finish(seq, out.finish_reason)
+        self.runner.release([seq.id])
         self._generators.pop(seq.id, None)
         self._matchers.pop(seq.id, None)
 
-    def _output(self, seq: Sequence, text: str, new_ids: list[int], reason: str | None) -> RequestOutput:
-        return RequestOutput(
-            request_id=seq.id, text=text, new_token_ids=new_ids, finished=reason is not None,
-            finish_reason=reason, prompt_tokens=seq.prompt_len,
-            completion_tokens=len(seq.output_token_ids), batch_size=self.stats.last_batch_size,
-        )
+
+def build(settings, model) -> tuple[LLMEngine, dict]:
+    """The HF engine for the worker, sized by llmq's settings, and what the heartbeat says of it."""
+    from transformers import AutoTokenizer
+
+    from worker.engine.prefix_cache import PrefixCache
+    from worker.engine.runner_hf import HFModelRunner
+    from worker.engine.structured import StructuredOutput
+
+    runner = HFModelRunner(model.path, settings.dtype, settings.max_batch_size, settings.max_model_len)
+    per_token = runner.kv_bytes_per_token
+    if settings.prefix_cache_mb:
+        runner.prefix = PrefixCache(settings.prefix_block_size, settings.prefix_cache_mb * 2**20 // per_token)
+    budget = settings.kv_cache_mb * 2**20 // per_token
+    log.info("engine: dtype=%s, KV budget %d MB = %d tokens, prefix cache %d MB", runner.dtype,
+             settings.kv_cache_mb, budget, settings.prefix_cache_mb)
+    tokenizer = AutoTokenizer.from_pretrained(model.path)
+    structured = StructuredOutput.from_tokenizer(tokenizer, runner.config.vocab_size, runner.eos_token_ids)
+    engine = LLMEngine(runner, tokenizer, settings.max_batch_size, budget, settings.max_prefill_tokens,
+                       structured)
+    return engine, {"dtype": str(runner.dtype).removeprefix("torch."), "kv_capacity_tokens": budget,
+                    "prefix_caching": runner.prefix is not None}

@@ -1,4 +1,4 @@
-"""Runs `LLMEngine.step()` on one background thread; other threads submit and abort requests.
+"""Runs an engine's `step()` on one background thread; other threads submit and abort requests.
 
 Each submitted request gets a `RequestStream`: a queue of its outputs, ending with a finished one.
 All engine calls happen on the loop thread, so the engine itself needs no locks.
@@ -11,7 +11,8 @@ import queue
 import threading
 import time
 
-from worker.engine.engine import LLMEngine
+from common.schemas import FinishReason
+from worker.engine.protocol import Engine
 from worker.engine.sequence import EngineRequest, RequestOutput
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,7 @@ class RequestStream:
 
 
 class EngineLoop:
-    def __init__(self, engine: LLMEngine):
+    def __init__(self, engine: Engine):
         self.engine = engine
         self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self._streams: dict[str, RequestStream] = {}
@@ -124,7 +125,7 @@ class EngineLoop:
         try:
             self.engine.add_request(request)
         except ValueError as exc:  # request-level error: only this request fails
-            stream.put(RequestOutput(request.request_id, "", [], finished=True, finish_reason="error",
+            stream.put(RequestOutput(request.request_id, "", [], finished=True, finish_reason=FinishReason.ERROR,
                                      prompt_tokens=len(request.prompt_token_ids), error=str(exc),
                                      error_type="invalid_request"))
             return

@@ -10,13 +10,13 @@ The core sends what its steps made in bunches, every `stream_interval_ms` (the i
 the worker relays text anyway), and at once when a request gets its first token or ends. Each
 message wakes threads of the worker, and on a small CPU every wake-up takes a core from the
 pipeline's compute threads for a moment, which all of them then wait for: one message a step
-made each token of a single stream 30% slower than the pipeline alone (18.1 against 14.0 ms).
+made a single stream markedly slower than the pipeline alone (docs/benchmarks.md).
 
-Messages to the core: ("add", request_id, prompt_ids, sampling), ("cancel", request_id), ("stop",).
+Messages to the core: ("add", request_id, prompt_ids, sampling), ("cancel", request_id), ("close",).
 From it: ("ready", info) once, then ("steps", [(request_id, new_ids, reason)], ignored_ids,
 [(batch_size, prefill)] per step), ("refused", request_id, message) for a request it could not
-take, ("failed", message) when a step raised. `reason` is None while a request runs, else "stop"
-or "length".
+take, ("failed", message) when a step raised. `reason` is None while a request runs, else a
+`FinishReason` (STOP or LENGTH).
 """
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ import time
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
+
+from common.schemas import FinishReason
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,7 @@ class _Core:
                 self.conn.poll(None)  # idle: sleep until the worker sends something
             while self.conn.poll():
                 message = self.conn.recv()
-                if message[0] == "stop":
+                if message[0] == "close":
                     return
                 self._command(*message)
             if self.handles:
@@ -143,7 +145,7 @@ class _Core:
         self._sent_at = time.monotonic()
 
 
-def read_new_tokens(handle: Any) -> tuple[list[int], str | None]:
+def read_new_tokens(handle: Any) -> tuple[list[int], FinishReason | None]:
     """A generation handle's token ids since the last read, and why it ended (None: running)."""
     import openvino_genai as ov
 
@@ -152,7 +154,7 @@ def read_new_tokens(handle: Any) -> tuple[list[int], str | None]:
     for output in handle.read().values():  # one sequence per request (no beams)
         new_ids += output.generated_ids
         if output.finish_reason == ov.GenerationFinishReason.LENGTH:
-            reason = "length"
+            reason = FinishReason.LENGTH
         elif output.finish_reason != ov.GenerationFinishReason.NONE:
-            reason = "stop"
+            reason = FinishReason.STOP
     return new_ids, reason

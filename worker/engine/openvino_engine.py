@@ -4,7 +4,7 @@
 keeps a paged KV cache with prefix reuse and samples, all in C++ that reads int8/int4 weights; on a
 CPU that is what decode speed comes down to. This adapter hands it llmq's prompt token ids and
 sampling, reads each request's new token ids after every `step()`, and turns them into text with
-llmq's own detokenizer (`tracked.TrackedRequests`), so every engine answers alike.
+the shared `output.OutputProcessor`, so every engine answers alike.
 
 `openvino_genai` is imported only when an engine is built, never at module import.
 """
@@ -21,11 +21,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.schemas import FinishReason
 from worker.engine import child_hygiene
 from worker.engine.detokenizer import Decoder, load_tokenizer
-from worker.engine.engine import EngineStats
+from worker.engine.output import OutputProcessor
+from worker.engine.protocol import EngineStats
 from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
-from worker.engine.tracked import TrackedRequests
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +96,7 @@ def compute_dtype(props: dict[str, Any]) -> str:
 
 def generation_config(sampling: Sampling, stop_token_ids: set[int]) -> Any:
     """llmq's `Sampling` as OpenVINO's `GenerationConfig`. Stop strings are applied by llmq (see
-    `tracked`); a request without a seed gets a random one, since OpenVINO's default seed would
+    `output`); a request without a seed gets a random one, since OpenVINO's default seed would
     make every unseeded sampled request alike."""
     import openvino_genai as ov
 
@@ -143,9 +144,9 @@ def build_pipeline(source: Path, model_dir: Path, settings) -> tuple[Any, dict[s
 
 
 class OpenVINOEngine:
-    """Same interface as `worker.engine.engine.LLMEngine`, backed by OpenVINO GenAI's pipeline in
-    its own process (`openvino_core`). A thread here receives each of the core's steps and wakes
-    the engine loop; `step` turns what came into llmq's outputs without waiting for the core."""
+    """The engine protocol (`protocol.Engine`) on OpenVINO GenAI's pipeline in its own process
+    (`openvino_core`). A thread here receives each of the core's steps and wakes the engine loop;
+    `step` turns what came into llmq's outputs without waiting for the core."""
 
     def __init__(self, process: Any, conn: Any, tokenizer: Decoder, info: dict[str, Any]):
         self.process = process
@@ -153,8 +154,7 @@ class OpenVINOEngine:
         self.tokenizer = tokenizer
         self.info = info
         self.stats = EngineStats()
-        self._tracked = TrackedRequests(tokenizer, self.stats)
-        self._cancelled: list[str] = []
+        self.processor = OutputProcessor(tokenizer, self.stats)  # the pipeline reports EOS as its own reason
         self._received: queue.Queue = queue.Queue()
         self._wake = lambda: None
         self._closing = False
@@ -190,7 +190,7 @@ class OpenVINOEngine:
     def add_request(self, request: EngineRequest) -> None:
         from worker.engine.structured import json_grammar
 
-        self._tracked.check_new(request)
+        self.processor.check_new(request)
         capacity = self.info.get("kv_capacity_tokens")
         if capacity and len(request.prompt_token_ids) >= capacity:
             raise ValueError(f"the prompt ({len(request.prompt_token_ids)} tokens) does not fit the "
@@ -198,16 +198,14 @@ class OpenVINOEngine:
         if request.sampling.response_format is not None:
             json_grammar(request.sampling.response_format)  # a schema no grammar enforces: refused here
         self.conn.send(("add", request.request_id, list(request.prompt_token_ids), request.sampling))
-        self._tracked.add(request)
+        self.processor.add(request)
 
     def abort_request(self, request_id: str) -> None:
-        """Drop it from the pipeline; the next `step` reports it 'cancelled'."""
-        if request_id in self._tracked and request_id not in self._cancelled:
+        if self.processor.cancel(request_id):
             self.conn.send(("cancel", request_id))
-            self._cancelled.append(request_id)
 
     def has_unfinished(self) -> bool:
-        return bool(self._tracked) or bool(self._cancelled)
+        return self.processor.has_unfinished()
 
     def on_ready(self, wake) -> None:
         """Call `wake` whenever the core sends a step's outputs."""
@@ -215,16 +213,15 @@ class OpenVINOEngine:
 
     def ready(self) -> bool:
         """Whether `step` has something to hand out: a cancel, or the core's outputs."""
-        return bool(self._cancelled) or not self._received.empty()
+        return self.processor.has_cancelled() or not self._received.empty()
 
     # --- the step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """What the core sent since the last call (blocking for its next step only when nothing
         came yet and requests are running: callers without `on_ready` simply loop on `step`)."""
-        outputs = [self._tracked.finish(rid, "cancelled") for rid in self._cancelled if rid in self._tracked]
-        self._cancelled.clear()
+        outputs = self.processor.take_cancelled()
         messages = []
-        if not outputs and len(self._tracked) and self._received.empty():
+        if not outputs and len(self.processor) and self._received.empty():
             messages.append(self._received.get())  # wait for the core's next step
         while not self._received.empty():
             messages.append(self._received.get_nowait())
@@ -238,26 +235,26 @@ class OpenVINOEngine:
             _, results, ignored, steps = message
             for batch_size, prefill in steps:
                 self.stats.record_step(batch_size, prefill)
-            results = [r for r in results if r[0] in self._tracked]  # cancelled ones were reported
+            results = [r for r in results if r[0] in self.processor]  # cancelled ones were reported
             outputs = [self._advance(*result) for result in results]
-            return outputs + [self._tracked.finish(rid, "error", error="the prompt does not fit the KV cache "
-                                                   "(LLMQ_KV_CACHE_MB)") for rid in ignored if rid in self._tracked]
+            return outputs + [self.processor.finish(rid, FinishReason.ERROR, "the prompt does not fit the KV cache "
+                                                  "(LLMQ_KV_CACHE_MB)") for rid in ignored if rid in self.processor]
         if kind == "refused":
             _, rid, error = message
-            return [self._tracked.finish(rid, "error", error=error)] if rid in self._tracked else []
-        log.error("OpenVINO step failed; failing %d requests", len(self._tracked))
-        return self._tracked.fail_all(message[1])  # "failed"
+            return [self.processor.finish(rid, FinishReason.ERROR, error)] if rid in self.processor else []
+        log.error("OpenVINO step failed; failing %d requests", len(self.processor))
+        return self.processor.fail_all(message[1])  # "failed"
 
-    def _advance(self, request_id: str, new_ids: list[int], reason: str | None) -> RequestOutput:
-        out = self._tracked.advance(request_id, new_ids, reason)
+    def _advance(self, request_id: str, new_ids: list[int], reason: FinishReason | None) -> RequestOutput:
+        out = self.processor.advance(request_id, new_ids, reason)
         if out.finished and reason is None:  # a stop string: the core would go on without us
             self.conn.send(("cancel", request_id))
         return out
 
     def fail_all(self, message: str) -> list[RequestOutput]:
-        for request_id in self._tracked.ids():
+        for request_id in self.processor.ids():
             self.conn.send(("cancel", request_id))
-        return self._tracked.fail_all(message)
+        return self.processor.fail_all(message)
 
     def _receive(self) -> None:
         """The core's messages, in order, to `step`; each one wakes the engine loop. A core that
@@ -269,7 +266,7 @@ class OpenVINOEngine:
             except (EOFError, OSError):
                 if not (self._closing or _EXITING.is_set()):
                     log.critical("the OpenVINO core process died (exit code %s); the worker exits so "
-                                 "that its %d jobs are redelivered", self.process.exitcode, len(self._tracked))
+                                 "that its %d jobs are redelivered", self.process.exitcode, len(self.processor))
                     logging.shutdown()
                     os._exit(70)
                 return
@@ -280,7 +277,7 @@ class OpenVINOEngine:
         """Stop the core (tests build several engines; a worker's core ends with the worker)."""
         self._closing = True
         try:
-            self.conn.send(("stop",))
+            self.conn.send(("close",))
         except OSError:
             pass  # already gone
         self.process.join(10)

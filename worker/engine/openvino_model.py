@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 
 from common.models import ModelRef, build_once
+from worker.engine.protocol import EngineUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -34,8 +35,15 @@ EXPORT_FORMATS = {
 }
 
 
-class OpenVINOUnavailable(RuntimeError):
+class OpenVINOUnavailable(EngineUnavailable):
     """The OpenVINO engine cannot serve this model here (not installed, unreadable, not exported)."""
+
+
+def build(settings, model: ModelRef):
+    """The OpenVINO engine for the worker, and what the heartbeat says of it (its weights, source,
+    dtype and KV capacity)."""
+    engine = open_engine(model, settings)
+    return engine, engine.info
 
 
 def open_engine(model: ModelRef, settings):

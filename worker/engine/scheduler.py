@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from common.schemas import FinishReason
 from worker.engine.sequence import Sequence, SeqState
 
 
@@ -74,7 +75,7 @@ class Scheduler:
             admitted.append(seq)
         return admitted
 
-    def finish(self, seq: Sequence, reason: str) -> None:
+    def finish(self, seq: Sequence, reason: FinishReason) -> None:
         """Retire a sequence, waiting or running."""
         seq.state = SeqState.FINISHED
         seq.finish_reason = reason

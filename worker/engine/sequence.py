@@ -4,6 +4,8 @@ from __future__ import annotations
 import enum
 from dataclasses import dataclass, field
 
+from common.schemas import FinishReason
+
 
 @dataclass(frozen=True)
 class ResponseFormat:
@@ -49,7 +51,7 @@ class Sequence:
     request: EngineRequest
     state: SeqState = SeqState.WAITING
     output_token_ids: list[int] = field(default_factory=list)
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
 
     @property
     def id(self) -> str:
@@ -85,7 +87,7 @@ class RequestOutput:
     text: str
     new_token_ids: list[int]
     finished: bool = False
-    finish_reason: str | None = None
+    finish_reason: FinishReason | None = None
     prompt_tokens: int = 0
     completion_tokens: int = 0
     batch_size: int = 1
