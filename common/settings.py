@@ -150,7 +150,8 @@ class Settings(BaseSettings):
     webhook_allow_networks: str = Field(
         "", description="comma-separated CIDRs a webhook may reach although they are not public "
                         "(private, loopback, link-local...), e.g. '10.1.0.0/16'; empty: public only")
-    webhook_timeout_s: float = Field(10.0, gt=0, description="per attempt: connect, and each read")
+    webhook_timeout_s: float = Field(10.0, gt=0, description="the most one delivery attempt takes "
+                                     "in all: lookup, connect, send and the answer's headers")
     webhook_dns_timeout_s: float = Field(2.0, gt=0, description="how long the API waits for a "
                                          "webhook's host to resolve when a job names it (then 422)")
     webhook_backoff_s: float = Field(5.0, gt=0, description="delay before the first retry; doubles "

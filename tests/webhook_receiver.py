@@ -9,7 +9,8 @@ PORTS = range(8300, 8400)  # the ports this project's tests may listen on
 
 
 class Receiver:
-    """`script(...)` sets the answers, in order, as (status, headers, delay_s); once they run out
+    """`script(...)` sets the answers, in order, as (status, headers, delay_s) or (status, headers,
+    delay_s, trickle_s): the answer then goes out one byte every `trickle_s`. Once they run out
     every request gets 200. `requests` holds {'headers', 'body', 'path', 'at'} per request received."""
 
     def __init__(self):
@@ -29,9 +30,13 @@ class Receiver:
                 with receiver._lock:
                     receiver.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()},
                                               "body": body, "path": self.path, "at": time.monotonic()})
-                    status, headers, delay = receiver._script.pop(0) if receiver._script else (200, {}, 0)
+                    status, headers, delay, *trickle = receiver._script.pop(0) if receiver._script \
+                        else (200, {}, 0)
                     receiver._lock.notify_all()
                 time.sleep(delay)
+                if trickle:
+                    self._trickle(status, headers, trickle[0])
+                    return
                 try:
                     self.send_response(status)
                     for name, value in headers.items():
@@ -40,6 +45,17 @@ class Receiver:
                     self.end_headers()
                 except OSError:
                     pass  # the sender gave up waiting (a timeout test)
+
+            def _trickle(self, status, headers, every_s):
+                head = f"HTTP/1.1 {status} Slow\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+                self.close_connection = True
+                try:
+                    for byte in (head + "content-length: 0\r\n\r\n").encode():
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(every_s)
+                except OSError:
+                    pass  # the sender hung up
 
             def log_message(self, *args):
                 pass

@@ -8,6 +8,11 @@ exponential backoff with jitter, or after the receiver's `Retry-After` when that
 as the retry falls within `webhook_retry_horizon_s` of the event. Every attempt sends the same body under the
 same `webhook-id`, with a fresh `webhook-timestamp` and signature.
 
+An attempt, from looking up the host to reading the answer's headers, ends within
+`webhook_timeout_s` in all: a socket timeout bounds each read, so a receiver that trickles its
+answer a byte at a time would otherwise hold a control worker's thread for as long as it likes.
+When the time is up, a watchdog shuts the attempt's connection down under the blocked read.
+
 A wait is never slept in a thread: it is a Celery countdown. A countdown longer than half the
 broker's visibility timeout is split into hops (a message that fires early just waits again), so
 no message is held unacked long enough for Redis to hand it out a second time.
@@ -16,6 +21,8 @@ from __future__ import annotations
 
 import logging
 import random
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
@@ -23,9 +30,10 @@ from email.utils import parsedate_to_datetime
 import urllib3
 from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.exceptions import NameResolutionError, NewConnectionError
 
 from common.settings import Settings
-from common.webhook_rules import address_allowed, secret_keys, sign, split_url
+from common.webhook_rules import address_allowed, resolve, secret_keys, sign, split_url
 from common.webhooks import DELIVERED, FAILED, PENDING, Webhooks
 
 log = logging.getLogger(__name__)
@@ -77,20 +85,112 @@ def parse_retry_after(value: str | None) -> float | None:
         return None
 
 
+class AttemptDeadline:
+    """The end of one attempt, for the thread making it: `with AttemptDeadline(s):` around the
+    request. At the deadline the sockets the attempt holds are shut down (through a duplicate of
+    each, which stays valid whatever becomes of the original: TLS takes it over), so a read or
+    write blocked on one returns at once; a socket taken after the deadline is shut down as it
+    is taken. `passed` says whether the attempt ran out of time."""
+
+    _local = threading.local()
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+        self.ends_at = time.monotonic() + seconds
+        self.passed = False
+        self._lock = threading.Lock()
+        self._held: list[socket.socket] = []
+        self._timer = threading.Timer(seconds, self._cut)
+        self._timer.daemon = True
+
+    @classmethod
+    def current(cls) -> AttemptDeadline | None:
+        return getattr(cls._local, "deadline", None)
+
+    def left(self) -> float:
+        return max(0.0, self.ends_at - time.monotonic())
+
+    def hold(self, sock: socket.socket) -> None:
+        """Cut `sock` at the deadline (at once if it has passed)."""
+        dup = socket.fromfd(sock.fileno(), sock.family, sock.type)
+        with self._lock:
+            self._held.append(dup)
+            if self.passed:
+                _shut(dup)
+
+    def _cut(self) -> None:
+        with self._lock:
+            self.passed = True
+            for sock in self._held:
+                _shut(sock)
+
+    def __enter__(self) -> AttemptDeadline:
+        AttemptDeadline._local.deadline = self
+        self._timer.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._timer.cancel()
+        AttemptDeadline._local.deadline = None
+        with self._lock:
+            for sock in self._held:
+                sock.close()
+            self._held.clear()
+
+
+def _shut(sock: socket.socket) -> None:
+    try:
+        sock.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass  # already closed by the other end
+
+
 def guarded_http(allow: str, maxsize: int) -> urllib3.PoolManager:
     """An HTTP client that checks the address each connection actually reached, before sending
     a byte: a name that resolved to a public address at submit time but to a private one now
-    (DNS rebinding) is refused. No proxies (urllib3 reads none from the environment)."""
+    (DNS rebinding) is refused. No proxies (urllib3 reads none from the environment). Inside an
+    `AttemptDeadline`, the host's lookup waits at most the time left, and each connection is
+    held to the deadline."""
     def guarded(conn_cls):
         class Guarded(conn_cls):
             def _new_conn(self):
-                sock = super()._new_conn()
+                deadline = AttemptDeadline.current()
+                sock = self._connect_within(deadline) if deadline else super()._new_conn()
                 peer = sock.getpeername()[0]
                 if not address_allowed(peer, allow):
                     sock.close()
                     raise BlockedAddress(f"{self.host} resolved to {peer}, which webhooks may not "
                                          "reach (private, loopback, link-local or other non-public)")
+                if deadline:
+                    deadline.hold(sock)
                 return sock
+
+            def _connect_within(self, deadline: AttemptDeadline):
+                """Resolve the host on the bounded lookup pool, then connect to its addresses in
+                turn (urllib3's own connect would look it up again, with no bound)."""
+                host = self._dns_host
+                try:
+                    addresses = resolve(host.strip("[]"), self.port, deadline.left())
+                except (socket.gaierror, UnicodeError) as exc:
+                    raise NameResolutionError(self.host, self, socket.gaierror(str(exc))) from exc
+                error: Exception = NewConnectionError(self, f"{self.host} has no address")
+                for address in addresses:
+                    self._dns_host, timeout = address, self.timeout
+                    self.timeout = min(timeout, deadline.left()) if isinstance(timeout, float | int) \
+                        else deadline.left()
+                    try:
+                        return super()._new_conn()
+                    except NewConnectionError as exc:  # (connect timeouts included)
+                        error = exc
+                    finally:
+                        self._dns_host, self.timeout = host, timeout
+                raise error
+
+            def request(self, *args, **kwargs):
+                deadline = AttemptDeadline.current()
+                if deadline and self.sock is not None:  # a kept-alive connection, used again
+                    deadline.hold(self.sock)
+                return super().request(*args, **kwargs)
         return Guarded
 
     class HTTPPool(HTTPConnectionPool):
@@ -124,7 +224,8 @@ class WebhookSender:
         return self._record(delivery, attempt, outcome)
 
     def post(self, delivery: dict) -> Outcome:
-        """One signed POST. Redirects are not followed; each connect and read has a timeout."""
+        """One signed POST. Redirects are not followed; the whole attempt (lookup, connect, send,
+        the answer's status and headers) takes at most `webhook_timeout_s`."""
         if not self.keys:
             return Outcome(error="webhooks are off: no signing secret is set", final=True)
         try:
@@ -136,24 +237,23 @@ class WebhookSender:
         headers = {"content-type": "application/json", "user-agent": USER_AGENT,
                    "webhook-id": delivery["id"], "webhook-timestamp": str(timestamp),
                    "webhook-signature": sign(self.keys, delivery["id"], timestamp, body)}
-        timeout = urllib3.Timeout(connect=self.settings.webhook_timeout_s,
-                                  read=self.settings.webhook_timeout_s)
-        try:
-            response = self.http.request("POST", delivery["url"], body=body, headers=headers,
-                                         timeout=timeout, retries=False, redirect=False,
-                                         preload_content=False)
-        except BlockedAddress as exc:
-            return Outcome(error=str(exc), final=True)
-        except urllib3.exceptions.NewConnectionError as exc:  # (a ConnectTimeoutError subclass)
-            return Outcome(error=f"could not connect: {_reason(exc)}")
-        except urllib3.exceptions.TimeoutError:
-            return Outcome(error=f"timed out after {self.settings.webhook_timeout_s:g} s")
-        except urllib3.exceptions.HTTPError as exc:
-            return Outcome(error=f"could not connect: {_reason(exc)}")
-        try:
-            return _judge(response.status, response.headers)
-        finally:
-            response.close()
+        limit = self.settings.webhook_timeout_s
+        with AttemptDeadline(limit) as deadline:
+            try:
+                response = self.http.request("POST", delivery["url"], body=body, headers=headers,
+                                             timeout=urllib3.Timeout(connect=limit, read=limit),
+                                             retries=False, redirect=False, preload_content=False)
+            except BlockedAddress as exc:
+                return Outcome(error=str(exc), final=True)
+            except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if deadline.passed or (isinstance(exc, urllib3.exceptions.TimeoutError)
+                                       and not isinstance(exc, NewConnectionError)):
+                    return Outcome(error=f"timed out: the attempt took over {limit:g} s")
+                return Outcome(error=f"could not connect: {_reason(exc)}")
+            try:
+                return _judge(response.status, response.headers)
+            finally:
+                response.close()
 
     def _record(self, delivery: dict, attempt: int, outcome: Outcome) -> Next | None:
         now = time.time()
