@@ -1,12 +1,20 @@
-"""The API's OpenAPI 3.1 description, served at `/openapi.json` (public, like `/health`).
+"""The API's OpenAPI 3.1 description, served at `/openapi.json` (public, like `/health`): llmq's
+own routes here, the OpenAI-compatible ones (completions, models, Files, Batches) in
+api/openapi_openai.py. Every route a user calls is in it (tests/test_openapi.py checks the app's
+routes against it).
 
 Request bodies come from the pydantic models the handlers validate with, so the spec cannot drift
-from the validation; responses are described by hand. Fuzzers (schemathesis, tests) read it.
+from the validation; a job's SSE events are pydantic models below; the job itself is described by
+hand. Fuzzers (schemathesis, tests) read it.
 """
 from __future__ import annotations
 
 from flask import Blueprint, jsonify
+from pydantic import BaseModel, Field
+from pydantic.json_schema import SkipJsonSchema, models_json_schema
 
+from api import openapi_openai
+from api.openapi_models import Usage
 from api.services import services
 from common.schemas import FinishReason, JobRequest, JobStatus
 from common.settings import Settings
@@ -104,9 +112,56 @@ _JOB = {
 }
 
 
-_SSE_EVENT = {"type": "object", "description": "one event: chunk, restart or done (data is JSON text)",
-              "properties": {"event": {"type": "string"}, "data": {"type": "string"},
-                             "id": {"type": "string"}}}
+class JobEventChunk(BaseModel):
+    """`chunk`: the text generated since the previous chunk."""
+    index: int = Field(ge=0, description="counts from 0 in each attempt (see `restart`)")
+    text: str
+
+
+class JobEventQueued(BaseModel):
+    """`queued`: the job's place while it waits in the queue, sent when it changes and every few
+    seconds. It has no id: it is not in the job's log, and is not replayed."""
+    queue_position: int = Field(ge=1, description="1 = next to start, in the fair-share order "
+                                "(priority, then keys by fair share, then arrival)")
+    estimated_start: float | SkipJsonSchema[None] = Field(
+        None, description="epoch seconds; absent while no live worker serves the model",
+        json_schema_extra=lambda schema: schema.pop("default"))  # absent, never null
+    estimated_finish: float | SkipJsonSchema[None] = Field(
+        None, description="epoch seconds; as above", json_schema_extra=lambda schema: schema.pop("default"))
+
+
+class JobEventRestart(BaseModel):
+    """`restart`: the worker running the job was lost and another starts it over; drop the text
+    received so far (the chunks that follow count from index 0 again)."""
+    attempt: int
+    reason: str
+
+
+class JobEventDone(BaseModel):
+    """`done`: the job ended; the last event of the stream."""
+    status: JobStatus
+    finish_reason: FinishReason | None
+    usage: Usage
+    error: dict | None
+    cached: bool
+
+
+_EVENTS = {"chunk": JobEventChunk, "queued": JobEventQueued, "restart": JobEventRestart,
+           "done": JobEventDone}
+
+
+def _event(name: str, model: type[BaseModel]) -> dict:
+    return {"type": "object", "required": ["event", "data"], "description": model.__doc__.split("\n")[0],
+            "properties": {"event": {"const": name}, "id": {"type": "string"},
+                           "data": {"type": "string", "contentMediaType": "application/json",
+                                    "contentSchema": _ref(model.__name__)}}}
+
+
+_SSE_EVENT = {"description": "one event: `event: <name>`, `data: <JSON>`, and an `id:` for the events "
+                             "of the job's log (resume after it with `Last-Event-ID`); idle streams "
+                             "get `: keep-alive` comments",
+              "oneOf": [_event(name, model) for name, model in _EVENTS.items()]}
+_SSE_SUMMARY = "Stream a job's events (SSE: queued while it waits, chunk, restart, done)"
 
 
 def _with_stream(response: dict) -> dict:
@@ -158,7 +213,7 @@ def _paths() -> dict:
             "delete": {"summary": "Cancel a job", **cancel}},
         "/v1/jobs/{job_id}/cancel": {"post": {"summary": "Cancel a job", **cancel}},
         "/v1/jobs/{job_id}/events": {"get": {
-            "summary": "Stream a job's events (SSE: chunk, restart, done)", "parameters": [_JOB_ID],
+            "summary": _SSE_SUMMARY, "parameters": [_JOB_ID],
             "responses": {"200": {"description": "Server-Sent Events",
                                   "content": {"text/event-stream": {"schema": _SSE_EVENT}}},
                           **_errors(401, 404, 503)}}},
@@ -173,13 +228,18 @@ def _paths() -> dict:
 
 
 def build_spec(settings: Settings) -> dict:
+    job_request = _job_request_schema(settings)
+    _, events = models_json_schema([(m, "serialization") for m in _EVENTS.values()], ref_template=_REF)
     return {
         "openapi": "3.1.0",
         "info": {"title": "llmq", "version": "1",
-                 "description": "A job queue serving small instruct LLMs: submit, read, stream, cancel."},
-        "paths": _paths(),
+                 "description": "A job queue serving small instruct LLMs: submit, read, stream, "
+                                "cancel; and OpenAI's chat completions, completions, models, Files "
+                                "and Batches."},
+        "paths": {**_paths(), **openapi_openai.paths()},
         "components": {
-            "schemas": {**_job_request_schema(settings), "Job": _JOB, "Error": _ERROR},
+            "schemas": {**job_request, "Job": _JOB, "Error": _ERROR, **events["$defs"],
+                        **openapi_openai.components(job_request["JobRequest"])},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
         "security": [{"bearer": []}, {}],  # keys are optional: on only when configured

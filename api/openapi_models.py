@@ -1,0 +1,193 @@
+"""The response bodies of the OpenAI-compatible routes as pydantic models, from which
+/openapi.json's schemas are generated (api/openapi_openai.py). They describe what
+common/openai_format.py, common/files.py and common/batches.py build; tests/test_openapi.py checks
+what those build against them."""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from common.schemas import FinishReason
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+    refusal: None
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    logprobs: None
+    finish_reason: FinishReason | None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+
+
+class TextChoice(BaseModel):
+    index: int
+    text: str
+    logprobs: None
+    finish_reason: FinishReason | None
+
+
+class TextCompletion(BaseModel):
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[TextChoice]
+    usage: Usage
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: ChunkDelta
+    logprobs: None
+    finish_reason: FinishReason | None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One `data:` line of a chat completion stream (a completion stream's lines are
+    TextCompletion objects without `usage`). With `stream_options.include_usage`, every chunk
+    has `usage: null` and one more chunk before `[DONE]` has no choices and the usage."""
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    usage: Usage | None = None
+
+
+class Model(BaseModel):
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[Model]
+
+
+class File(BaseModel):
+    id: str
+    object: Literal["file"]
+    bytes: int
+    created_at: int
+    filename: str
+    purpose: Literal["batch", "batch_output"]
+    expires_at: int | None
+    status: Literal["processed"]
+    status_details: None
+
+
+class FileList(BaseModel):
+    object: Literal["list"]
+    data: list[File]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class FileDeleted(BaseModel):
+    id: str
+    object: Literal["file"]
+    deleted: bool
+
+
+class RequestCounts(BaseModel):
+    total: int
+    completed: int
+    failed: int
+
+
+class BatchUsage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+    total_tokens: int
+    input_tokens_details: dict[str, int]
+    output_tokens_details: dict[str, int]
+
+
+class WebhookState(BaseModel):
+    """The batch's webhook: the latest delivery's state ('waiting': the batch has not ended)."""
+    url: str
+    events: list[str]
+    state: Literal["waiting", "pending", "delivered", "failed"]
+    attempts: int
+    last_status_code: int | None
+    last_error: str | None
+    deliveries: list[dict[str, Any]]
+
+
+class Batch(BaseModel):
+    id: str
+    object: Literal["batch"]
+    endpoint: str
+    errors: dict[str, Any] | None
+    input_file_id: str
+    completion_window: str
+    status: Literal["validating", "failed", "in_progress", "finalizing", "completed", "expired",
+                    "cancelling", "cancelled"]
+    output_file_id: str | None
+    error_file_id: str | None
+    created_at: int
+    in_progress_at: int | None
+    expires_at: int | None
+    finalizing_at: int | None
+    completed_at: int | None
+    failed_at: int | None
+    expired_at: int | None
+    cancelling_at: int | None
+    cancelled_at: int | None
+    request_counts: RequestCounts
+    metadata: dict[str, str] | None
+    model: str | None
+    usage: BatchUsage
+    webhook: WebhookState | None
+
+
+class BatchList(BaseModel):
+    object: Literal["list"]
+    data: list[Batch]
+    first_id: str | None
+    last_id: str | None
+    has_more: bool
+
+
+class ErrorDetail(BaseModel):
+    """`param` and `code` are always there, except in the answer to a path no route matches."""
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class OpenAIError(BaseModel):
+    error: ErrorDetail
+
+
+RESPONSES = (ChatCompletion, TextCompletion, ChatCompletionChunk, ModelList, FileList, FileDeleted,
+             BatchList, OpenAIError)
