@@ -3,15 +3,16 @@ from __future__ import annotations
 
 from api.services import Services
 from common.eta import WorkerLoad, estimate, max_tokens_of, place_fields
+from common.schemas import JobStatus
 
 
 def queue_eta(svc: Services, record: dict) -> dict:
     """`queue_position` and `estimated_start` / `estimated_finish` (epoch s) for a queued job."""
-    if record.get("status") != "queued":
+    if record.get("status") != JobStatus.QUEUED:
         return {}
     ahead = svc.store.queue_position(record)
     if ahead is None:
         return {}
     model = record.get("model")
-    loads = [WorkerLoad.from_heartbeat(w) for w in svc.store.live_workers() if w.get("model") == model]
+    loads = [WorkerLoad.from_heartbeat(w) for w in svc.registry.live() if w.get("model") == model]
     return place_fields(ahead, estimate(ahead, max_tokens_of(record), loads))

@@ -29,7 +29,7 @@ def health():
         body["model"] = {"name": model.name, "source": model.source, "path": str(model.path)}
     except Exception as exc:  # not prepared yet: still report the rest
         body["model"] = {"name": None, "error": str(exc)}
-    body["workers_detail"] = svc.store.live_workers()
+    body["workers_detail"] = svc.registry.live()
     body["workers"] = sorted(info["name"] for info in body["workers_detail"])
     body["queue_depth"] = svc.store.queue_depth()
     if request.args.get("deep", "").lower() in ("1", "true", "yes"):

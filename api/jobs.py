@@ -12,9 +12,10 @@ from api.services import services
 from api.sse import job_event_stream, sse_response, stream_id
 from api.submit import submit_job
 from api.views import job_view
-from common.jobs import is_overdue
-from common.schemas import JobRequest
-from common.webhooks import job_events as webhook_events
+from common.job_record import is_overdue
+from common.jobs import CancelOutcome
+from common.schemas import JobRequest, JobStatus
+from common.webhooks import webhook_events_of
 
 bp = Blueprint("jobs", __name__, url_prefix="/v1/jobs")
 
@@ -68,12 +69,12 @@ def _full_view(record: dict) -> dict:
     """The job, with its webhook deliveries when it asked for a webhook."""
     view = job_view(record)
     if record.get("webhook"):
-        view["webhook"] = services().webhooks.view(record["id"], record["webhook"], webhook_events(record))
+        view["webhook"] = services().webhooks.view(record["id"], record["webhook"], webhook_events_of(record))
     return view
 
 
 @bp.get("/<job_id>/events")
-def job_events(job_id: str):
+def stream_job_events(job_id: str):
     _record_or_404(job_id)
     last_event_id = request.headers.get("Last-Event-ID") or request.args.get("last_event_id")
     if last_event_id:
@@ -91,14 +92,11 @@ def job_events(job_id: str):
 def cancel_job(job_id: str):
     svc = services()
     _record_or_404(job_id)
-    outcome = svc.store.request_cancel(job_id)
-    if outcome == "missing":
+    outcome = svc.store.cancel(job_id)
+    if outcome is CancelOutcome.MISSING:
         raise ApiError(404, "not_found", f"no job {job_id!r} (unknown, or expired)")
-    if outcome == "cancelled":
-        svc.store.publish_done(job_id)
-    elif outcome != "cancelling":
-        status = outcome.removeprefix("ended:")
-        raise ApiError(409, "conflict", f"job {job_id} has already ended ({status}); nothing to cancel")
+    if isinstance(outcome, JobStatus):
+        raise ApiError(409, "conflict", f"job {job_id} has already ended ({outcome}); nothing to cancel")
     response = jsonify(job_view(svc.store.get(job_id)))
-    response.status_code = 200 if outcome == "cancelled" else 202
+    response.status_code = 200 if outcome is CancelOutcome.CANCELLED else 202
     return response

@@ -54,7 +54,7 @@ class ClusterCollector:
                 pipe.llen(key)
             depth.add_metric([queue], sum(pipe.execute()))
         yield depth
-        counters = svc.store.counters()
+        counters = svc.counters.read()
         finished = CounterMetricFamily("llmq_jobs_finished", "jobs that reached a terminal status "
                                        "(cluster-wide, cache hits excluded)", labels=["status"])
         for name, value in sorted(counters.items()):
@@ -73,7 +73,7 @@ class ClusterCollector:
         yield live
 
     def _live_workers(self) -> list[dict]:
-        return self.svc.store.live_workers()
+        return self.svc.registry.live()
 
     def _queues(self, workers: list[dict]) -> set[str]:
         """The served model's queue and every queue a live worker consumes."""

@@ -69,7 +69,7 @@ def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest)
         record = _wait_for_end(svc, record)
     finally:
         slot.release()
-    if record["status"] != JobStatus.SUCCEEDED.value:
+    if record["status"] != JobStatus.SUCCEEDED:
         raise _job_error(record)
     response = jsonify(surface.response(record))
     response.headers["X-LLMQ-Job-Id"] = record["id"]
@@ -84,16 +84,16 @@ def _wait_for_end(svc: Services, record: dict) -> dict:
         for _, event, _ in events:
             if event == "done":
                 break
-    return svc.store.get(record["id"]) or {**record, "status": JobStatus.EXPIRED.value}
+    return svc.store.get(record["id"]) or {**record, "status": JobStatus.EXPIRED}
 
 
 def _stream_response(svc: Services, surface: Surface, record: dict, include_usage: bool,
                      slot: StreamSlot) -> Response:
-    return streaming_response(_relay(svc, surface, record, include_usage), slot,
+    return streaming_response(_openai_chunks(svc, surface, record, include_usage), slot,
                               {"Connection": "keep-alive", "X-LLMQ-Job-Id": record["id"]})
 
 
-def _relay(svc: Services, surface: Surface, record: dict, include_usage: bool) -> Iterator[str]:
+def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage: bool) -> Iterator[str]:
     """The job's events as OpenAI chunks; while it waits in the queue, its place as an SSE
     comment (`: queued {"queue_position": 3, ...}`), which OpenAI clients skip. Leaving before
     the end (the client disconnected: Flask closes this generator) cancels the job when
@@ -121,11 +121,11 @@ def _relay(svc: Services, surface: Surface, record: dict, include_usage: bool) -
                     return
     finally:
         if not finished and svc.settings.cancel_on_disconnect:
-            _cancel(svc, record["id"])
+            _cancel_after_disconnect(svc, record["id"])
 
 
 def _stream_end(surface: Surface, record: dict, done: dict, include_usage: bool, extra: dict):
-    if done["status"] == JobStatus.SUCCEEDED.value:
+    if done["status"] == JobStatus.SUCCEEDED:
         yield sse_data({**surface.chunk(record, finish_reason=done["finish_reason"]), **extra})
         if include_usage:
             yield sse_data(surface.usage_chunk(record, done["usage"]))
@@ -135,11 +135,9 @@ def _stream_end(surface: Surface, record: dict, done: dict, include_usage: bool,
     yield sse_data("[DONE]")
 
 
-def _cancel(svc: Services, job_id: str) -> None:
+def _cancel_after_disconnect(svc: Services, job_id: str) -> None:
     try:
-        outcome = svc.store.request_cancel(job_id)
-        if outcome == "cancelled":  # it was still queued: close its log now
-            svc.store.publish_done(job_id)
+        outcome = svc.store.cancel(job_id)
         log.info("job %s: client left its stream; cancel -> %s", job_id, outcome, extra={"job_id": job_id})
     except redis.RedisError as exc:
         log.warning("job %s: could not cancel after the client left: %s", job_id, exc)
@@ -148,7 +146,7 @@ def _cancel(svc: Services, job_id: str) -> None:
 def _job_error(record: dict) -> ApiError:
     """Why a job has no answer, as an error of this surface."""
     status, error = record.get("status"), record.get("error") or {}
-    if status == JobStatus.CANCELLED.value:
+    if status == JobStatus.CANCELLED:
         return ApiError(409, "job_cancelled", f"job {record['id']} was cancelled before it finished")
     if error.get("type") == "invalid_request":  # the engine refused it, e.g. an unenforceable schema
         return ApiError(400, "invalid_request", error.get("message", "invalid request"))
@@ -158,7 +156,7 @@ def _job_error(record: dict) -> ApiError:
 
 def _live_models(svc: Services) -> list[str]:
     """Models served by workers whose heartbeat is still fresh."""
-    return list(dict.fromkeys(info["model"] for info in svc.store.live_workers() if info.get("model")))
+    return list(dict.fromkeys(info["model"] for info in svc.registry.live() if info.get("model")))
 
 
 def _model_card(model: str) -> dict:

@@ -1,11 +1,11 @@
 """Every waiting stream hears its place in line while its job is queued.
 
 One thread per API process (a greenlet under gevent) works out, every `queue_place_interval_s`,
-the queue position and ETAs of every queued job its streams follow, and tells a stream (through
-its `JobFollower`) when its position changed or it was last told `queue_place_every_s` ago. The
+the queue position and ETAs of every queued job its streams watch, and tells a stream (through
+its `JobWatcher`) when its position changed or it was last told `queue_place_every_s` ago. The
 work of a pass does not grow with round trips per stream: each fair list and each priority level
 is read once (`FairQueue.positions`), and the workers' slots are simulated once per model for the
-whole queue (`common.eta.start_slots`). A stream that starts following is placed within
+whole queue (`common.eta.start_slots`). A stream that starts watching is placed within
 `GATHER_S`, so the first place of a burst of new streams is computed once for all of them.
 
 Where a job waits is read once: its own record, or its primary's when it rides on an identical
@@ -22,10 +22,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from api.wakeups import JobFollower
+from api.wakeups import JobWatcher
 from common.eta import WorkerLoad, estimate_at, max_tokens_of, place_fields, start_slots
 from common.jobs import JobStore
 from common.schemas import JobStatus
+from common.worker_registry import WorkerRegistry
 
 log = logging.getLogger(__name__)
 GATHER_S = 0.02  # after a new stream wakes the thread: let the rest of a burst arrive
@@ -34,7 +35,7 @@ GATHER_S = 0.02  # after a new stream wakes the thread: let the rest of a burst 
 @dataclass(eq=False)
 class _Waiting:
     job_id: str
-    follower: JobFollower
+    watcher: JobWatcher
     where: dict | None = None  # the record it waits as; {} once it is not (or no longer) queued
     told_position: int | None = None
     told_at: float = 0.0
@@ -42,9 +43,10 @@ class _Waiting:
 
 
 class QueuePlaces:
-    def __init__(self, store: JobStore, interval_s: float = 1.0, every_s: float = 5.0,
-                 linger_s: float = 10.0):
+    def __init__(self, store: JobStore, registry: WorkerRegistry, interval_s: float = 1.0,
+                 every_s: float = 5.0, linger_s: float = 10.0):
         self._store = store
+        self._registry = registry
         self._interval_s, self._every_s, self._linger_s = interval_s, every_s, linger_s
         self._waiting: set[_Waiting] = set()
         self._lock = threading.Lock()
@@ -52,9 +54,9 @@ class QueuePlaces:
         self._running = False
 
     @contextmanager
-    def watch(self, job_id: str, follower: JobFollower) -> Iterator[None]:
-        """Tell `follower` the job's place while it is queued, until the block ends."""
-        waiting = _Waiting(job_id, follower)
+    def watch(self, job_id: str, watcher: JobWatcher) -> Iterator[None]:
+        """Tell `watcher` the job's place while it is queued, until the block ends."""
+        waiting = _Waiting(job_id, watcher)
         with self._lock:
             self._waiting.add(waiting)
             if not self._running:
@@ -101,7 +103,7 @@ class QueuePlaces:
             return
         positions = self._store.fair.positions(list({w.where["id"]: w.where for w in queued}.values()))
         loads: dict[str, list[WorkerLoad]] = {}
-        for info in self._store.live_workers():
+        for info in self._registry.live():
             loads.setdefault(info.get("model"), []).append(WorkerLoad.from_heartbeat(info))
         starts: dict[str, list[tuple[float, int]]] = {}
         for model, workers in loads.items():
@@ -120,7 +122,7 @@ class QueuePlaces:
             guess = (estimate_at(starts[model][ahead], w.max_tokens, loads[model])
                      if model in starts else None)
             w.told_position, w.told_at = ahead + 1, now
-            w.follower.tell_place(place_fields(ahead, guess))
+            w.watcher.tell_place(place_fields(ahead, guess))
 
     def _read_where(self, new: list[_Waiting]) -> None:
         """Each new stream's job record, or its primary's when it is coalesced; {} when it is
@@ -131,10 +133,10 @@ class QueuePlaces:
         primaries = {r["coalesced_into"] for r in records if r and r.get("coalesced_into")}
         by_id = dict(zip(primaries, self._store.get_many(list(primaries)))) if primaries else {}
         for w, record in zip(new, records):
-            if record is None or record.get("status") != JobStatus.QUEUED.value:
+            if record is None or record.get("status") != JobStatus.QUEUED:
                 w.where = {}
                 continue
             where = by_id.get(record["coalesced_into"]) if record.get("coalesced_into") else record
-            queued = where is not None and where.get("status") == JobStatus.QUEUED.value
+            queued = where is not None and where.get("status") == JobStatus.QUEUED
             w.where = where if queued else {}
             w.max_tokens = max_tokens_of(record)

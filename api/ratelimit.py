@@ -4,7 +4,8 @@
   60 s); a submission over the limit gets 429 with `Retry-After` = when the oldest one leaves.
 - Concurrent jobs: a sorted set of the key's job ids that may still be queued or running; when it
   looks full, members whose job has ended (or whose record never appeared) are dropped first.
-Each check is one Lua script, so concurrent API processes cannot both take the last slot.
+Each check is one Lua script (common/lua/rate_*.lua), so concurrent API processes cannot both
+take the last slot.
 """
 from __future__ import annotations
 
@@ -19,48 +20,19 @@ import redis
 from common.api_keys import ApiKey
 from common.errors import ApiError
 from common.keys import Keys
+from common.lua import script
 from common.settings import Settings
 
 WINDOW_S = 60
 CONCURRENT_RETRY_AFTER_S = 5
-
-_HIT = """
-local now, window, limit = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - window)
-if redis.call('ZCARD', KEYS[1]) >= limit then
-  local oldest = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-  return tostring(tonumber(oldest[2]) + window - now)
-end
-redis.call('ZADD', KEYS[1], now, ARGV[4])
-redis.call('EXPIRE', KEYS[1], window)
-return false
-"""
-
-_ACQUIRE = """
-local limit, now = tonumber(ARGV[1]), tonumber(ARGV[5])
-if redis.call('ZCARD', KEYS[1]) >= limit then
-  local members = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
-  for i = 1, #members, 2 do
-    local id, since = members[i], tonumber(members[i + 1])
-    local st = redis.call('HGET', ARGV[3] .. id, 'status')
-    if (st and st ~= 'queued' and st ~= 'running') or (not st and since < now - 60) then
-      redis.call('ZREM', KEYS[1], id)
-    end
-  end
-  if redis.call('ZCARD', KEYS[1]) >= limit then return 0 end
-end
-redis.call('ZADD', KEYS[1], now, ARGV[2])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-return 1
-"""
 
 
 class RateLimiter:
     def __init__(self, client: redis.Redis, keys: Keys, settings: Settings):
         self.keys = keys
         self.settings = settings
-        self._hit = client.register_script(_HIT)
-        self._acquire = client.register_script(_ACQUIRE)
+        self._hit = script(client, "rate_hit")
+        self._acquire = script(client, "rate_acquire_job_slot")
         self.r = client
 
     def check_rate(self, key: ApiKey | None) -> None:

@@ -3,7 +3,7 @@
 The Redis Stream is the source of truth; pub/sub wakes the relay (through the process's one
 listener, `api/wakeups.py`) and carries each chunk a worker logs, with the id of the entry before
 it, so a relay that has every entry up to that one sends the chunk as heard and reads the stream
-only for what it did not hear. The relay follows the job first, then reads the stream after the
+only for what it did not hear. The relay watches the job first, then reads the stream after the
 client's last id, so a chunk written between the two is still read: late subscribers and
 reconnecting clients (`Last-Event-ID`) lose nothing.
 
@@ -30,9 +30,10 @@ from flask import Response, stream_with_context
 
 from api.services import Services
 from api.stream_limits import StreamSlot
-from api.wakeups import JobFollower
-from common.jobs import done_payload, is_overdue
+from api.wakeups import JobWatcher
+from common.job_record import is_overdue
 from common.schemas import JobStatus
+from common.token_log import done_payload
 
 log = logging.getLogger(__name__)
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
@@ -50,14 +51,17 @@ def job_event_stream(svc: Services, job_id: str, last_event_id: str | None,
     `done` built from the record if the log lacks one."""
     last = last_event_id or "0"
     try:
-        with svc.wakeups.follow(job_id) as woken, \
+        with svc.wakeups.watch(job_id) as woken, \
                 (svc.places.watch(job_id, woken) if places else contextlib.nullcontext()):
-            yield from _relay(svc, job_id, last, woken)
+            yield from _events_until_done(svc, job_id, last, woken)
     except redis.RedisError as exc:
         log.warning("SSE relay for job %s ends: Redis unavailable (%s)", job_id, exc)
 
 
-def _relay(svc: Services, job_id: str, last: str, woken: JobFollower) -> Iterator[tuple[str | None, str, dict]]:
+def _events_until_done(svc: Services, job_id: str, last: str,
+                       woken: JobWatcher) -> Iterator[tuple[str | None, str, dict]]:
+    """The log's events as they come, a heartbeat while none does, the place in line while the
+    job waits; a `done` from the record when the log will not have one."""
     while True:
         woken.clear()  # before the read: a chunk logged after it sets it again
         place = woken.take_place()
@@ -77,22 +81,22 @@ def _relay(svc: Services, job_id: str, last: str, woken: JobFollower) -> Iterato
         if record is None or _ended_without_done(svc, job_id, record, last):
             if record and last == "0" and record.get("text"):  # log expired: replay the record
                 yield None, "chunk", {"index": 0, "text": record["text"]}
-            yield None, "done", done_payload(record or {"status": "expired"})
+            yield None, "done", done_payload(record or {"status": JobStatus.EXPIRED})
             return
         yield None, "heartbeat", {}
 
 
-def _new_entries(svc: Services, job_id: str, last: str, woken: JobFollower) -> list[tuple[str, str, dict]]:
+def _new_entries(svc: Services, job_id: str, last: str, woken: JobWatcher) -> list[tuple[str, str, dict]]:
     """The log's entries after `last`: the ones heard with their content as they are, each one
-    that follows the entry before it; the stream is read for the rest (see `JobFollower`)."""
+    that follows the entry before it; the stream is read for the rest (see `JobWatcher`)."""
     read_log, heard = woken.take()
-    entries = svc.store.read_events(job_id, last) if read_log else []
+    entries = svc.log.read_events(job_id, last) if read_log else []
     for entry in heard:
         last = entries[-1][0] if entries else last
         if entry.prev_id == last:
             entries.append((entry.entry_id, entry.event, json.loads(entry.data)))
         elif is_later(entry.entry_id, last):  # one before it was not heard: the stream has both
-            entries += svc.store.read_events(job_id, last)
+            entries += svc.log.read_events(job_id, last)
         # otherwise it was read already
     return _last_attempt(entries)
 
@@ -120,7 +124,7 @@ def _last_attempt(events: list[tuple[str, str, dict]]) -> list[tuple[str, str, d
 
 def _ended_without_done(svc: Services, job_id: str, record: dict, last: str) -> bool:
     """A terminal job whose log has no `done` (log expired, or writer lost in between)."""
-    return JobStatus(record["status"]).terminal and not svc.store.read_events(job_id, last)
+    return JobStatus(record["status"]).terminal and not svc.log.read_events(job_id, last)
 
 
 def sse_response(events: Iterator[tuple[str | None, str, dict]], slot: StreamSlot) -> Response:

@@ -26,21 +26,12 @@ import redis
 from common.api_keys import ApiKey
 from common.errors import ApiError
 from common.keys import Keys
+from common.lua import script
 from common.settings import Settings
 
 log = logging.getLogger(__name__)
 RETRY_AFTER_S = 5
 T = TypeVar("T")
-
-_ACQUIRE = """
-local now, limit, lease = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-if redis.call('ZCARD', KEYS[1]) >= limit then return 0 end
-redis.call('ZADD', KEYS[1], now + lease, ARGV[4])
-redis.call('EXPIRE', KEYS[1], math.ceil(lease))
-return 1
-"""
-
 
 class StreamSlot:
     """One open stream's place under the bounds; `release` (idempotent) gives it back."""
@@ -78,7 +69,7 @@ class StreamLimits:
     def __init__(self, client: redis.Redis, keys: Keys, settings: Settings):
         self.r, self.keys, self.settings = client, keys, settings
         self.lease_s = max(3 * settings.sse_heartbeat_s, 30.0)
-        self._acquire = client.register_script(_ACQUIRE)
+        self._acquire = script(client, "stream_lease_acquire")
         self._lock = threading.Lock()
         self._open = 0
 

@@ -33,7 +33,7 @@ def job_view(record: dict) -> dict:
         "coalesced": bool(record.get("coalesced_into")),
         "links": {
             "self": url_for("jobs.get_job", job_id=job_id),
-            "events": url_for("jobs.job_events", job_id=job_id),
+            "events": url_for("jobs.stream_job_events", job_id=job_id),
             "cancel": url_for("jobs.cancel_job", job_id=job_id),
         },
     }

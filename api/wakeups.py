@@ -1,20 +1,21 @@
-"""One pub/sub listener per API process, waking the SSE relays of the jobs they follow.
+"""One pub/sub listener per API process, waking the SSE relays of the jobs they watch.
 
-A job's log growth is announced on its channel (`Keys.channel`). Rather than one Redis connection
-and subscription per open stream (a connect, a subscribe and a disconnect per request, and a
-socket per stream to wait on), one thread subscribes to the pattern of every job channel of the
-namespace and wakes whichever relays follow the job named in each message.
+A job's log growth is announced on its channel (`Keys.channel`; the format: common/token_log.py).
+Rather than one Redis connection and subscription per open stream (a connect, a subscribe and a
+disconnect per request, and a socket per stream to wait on), one thread subscribes to the pattern
+of every job channel of the namespace and wakes whichever relays watch the job named in each
+message.
 
-A worker's chunk is announced with its content and the id of the entry before it
-(`Keys.channel`); each follower keeps what it heard, so its relay sends the chunk without reading
-it back from Redis (one round trip less per event, in the API and in Redis). Whatever was not
-heard with its content is read from the log: what came before the relay followed, a message that
-only wakes, a gap in the chain of ids (a message missed, or more than `max_heard` piled up).
+A worker's chunk is announced with its content and the id of the entry before it; each watcher
+keeps what it heard, so its relay sends the chunk without reading it back from Redis (one round
+trip less per event, in the API and in Redis). Whatever was not heard with its content is read from
+the log: what came before the relay watched, a message that only wakes, a gap in the chain of ids
+(a message missed, or more than `max_heard` piled up).
 
 A relay registers before it reads the log and clears its wake-up before each read, so a chunk
 written in between is never waited for in vain. Anything published while the listener is not
 subscribed (starting, or reconnecting after Redis went away) is missed, so each time it has
-subscribed it wakes every relay to read again. The thread ends once no relay has followed a job
+subscribed it wakes every relay to read again. The thread ends once no relay has watched a job
 for `linger_s`, and the next relay starts a new one.
 """
 from __future__ import annotations
@@ -26,40 +27,26 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import NamedTuple
-
 import redis
 
 from common.keys import Keys
+from common.token_log import Announcement, parse_announcement
 
 log = logging.getLogger(__name__)
 
 
-class HeardEntry(NamedTuple):
-    """A log entry as announced on the job's channel; `data` is still JSON text."""
-    prev_id: str
-    entry_id: str
-    event: str
-    data: str
-
-
-def parse_announcement(message: str) -> HeardEntry | None:
-    """The entry a channel message announces, or None for a message that only wakes."""
-    parts = message.split(" ", 3)
-    return HeardEntry(*parts) if len(parts) == 4 else None
-
-
-class JobFollower(threading.Event):
-    """Set whenever the job's log may have grown; also keeps the entries heard with their content
-    since the relay last took them, and whether anything was heard without (then the log must be
-    read). The relay clears it before taking, so nothing heard in between goes unnoticed. While
-    the job waits in the queue it is also set with the job's place in line (`tell_place`)."""
+class JobWatcher(threading.Event):
+    """One SSE relay's watch on a job. Set whenever the job's log may have grown; also keeps the
+    entries heard with their content since the relay last took them, and whether anything was
+    heard without (then the log must be read). The relay clears it before taking, so nothing heard
+    in between goes unnoticed. While the job waits in the queue it is also set with the job's place
+    in line (`tell_place`)."""
 
     def __init__(self, max_heard: int):
         super().__init__()
         self._lock = threading.Lock()
-        self._heard: collections.deque[HeardEntry] = collections.deque(maxlen=max_heard)
-        self._read_log = True  # what was logged before it followed was not heard
+        self._heard: collections.deque[Announcement] = collections.deque(maxlen=max_heard)
+        self._read_log = True  # what was logged before it watched was not heard
         self._place: dict | None = None
 
     def tell_place(self, place: dict) -> None:
@@ -74,7 +61,7 @@ class JobFollower(threading.Event):
             place, self._place = self._place, None
         return place
 
-    def hear(self, entry: HeardEntry | None) -> None:
+    def hear(self, entry: Announcement | None) -> None:
         with self._lock:
             if entry is None:
                 self._read_log = True
@@ -82,7 +69,7 @@ class JobFollower(threading.Event):
                 self._heard.append(entry)  # past `max_heard` the oldest go: the relay sees a gap
         self.set()
 
-    def take(self) -> tuple[bool, list[HeardEntry]]:
+    def take(self) -> tuple[bool, list[Announcement]]:
         """(whether the log must be read, the entries heard with their content), oldest first."""
         with self._lock:
             read_log, self._read_log = self._read_log, False
@@ -99,16 +86,16 @@ class JobWakeups:
         self._pattern = _glob_escape(head) + "*" + _glob_escape(tail)
         self._head, self._tail = head, tail
         self._linger_s, self._poll_s, self._max_heard = linger_s, poll_s, max_heard
-        self._followers: dict[str, set[JobFollower]] = {}
+        self._watchers: dict[str, set[JobWatcher]] = {}
         self._lock = threading.Lock()
         self._listening = False
 
     @contextmanager
-    def follow(self, job_id: str) -> Iterator[JobFollower]:
-        """What is heard of the job's log until the block ends (see `JobFollower`)."""
-        woken = JobFollower(self._max_heard)
+    def watch(self, job_id: str) -> Iterator[JobWatcher]:
+        """What is heard of the job's log until the block ends (see `JobWatcher`)."""
+        woken = JobWatcher(self._max_heard)
         with self._lock:
-            self._followers.setdefault(job_id, set()).add(woken)
+            self._watchers.setdefault(job_id, set()).add(woken)
             if not self._listening:
                 self._listening = True
                 threading.Thread(target=self._listen, name="sse-wakeups", daemon=True).start()
@@ -116,10 +103,10 @@ class JobWakeups:
             yield woken
         finally:
             with self._lock:
-                followers = self._followers.get(job_id, set())
-                followers.discard(woken)
-                if not followers:
-                    self._followers.pop(job_id, None)
+                watchers = self._watchers.get(job_id, set())
+                watchers.discard(woken)
+                if not watchers:
+                    self._watchers.pop(job_id, None)
 
     @property
     def listening(self) -> bool:
@@ -140,11 +127,11 @@ class JobWakeups:
                     elif message["type"] == "psubscribe":
                         delay = 0.1
                         self._wake_all()  # what was published before now was not heard
-                    if self._followers:
+                    if self._watchers:
                         idle_since = None
                         continue
                     idle_since = idle_since or time.monotonic()
-                    if self._end_if_unfollowed(time.monotonic() - idle_since >= self._linger_s):
+                    if self._end_if_unwatched(time.monotonic() - idle_since >= self._linger_s):
                         return
             except Exception as exc:  # never die silently: relays would wait for their heartbeats
                 if isinstance(exc, redis.RedisError):
@@ -152,7 +139,7 @@ class JobWakeups:
                 else:
                     log.exception("SSE wake-up listener failed; again in %.1f s", delay)
                 self._wake_all()  # relays read the log themselves, and end if Redis is away
-                if self._end_if_unfollowed(True):  # nobody left to wake: stop retrying
+                if self._end_if_unwatched(True):  # nobody left to wake: stop retrying
                     return
                 time.sleep(delay)
                 delay = min(delay * 2, 2.0)
@@ -162,25 +149,25 @@ class JobWakeups:
                 except redis.RedisError:
                     pass
 
-    def _end_if_unfollowed(self, may_end: bool) -> bool:
-        """End the listener (True) if it may and no relay follows a job; the next `follow` starts
-        a new one. Decided under the lock `follow` registers under, so no relay is left unheard."""
+    def _end_if_unwatched(self, may_end: bool) -> bool:
+        """End the listener (True) if it may and no relay watches a job; the next `watch` starts
+        a new one. Decided under the lock `watch` registers under, so no relay is left unheard."""
         with self._lock:
-            if may_end and not self._followers:
+            if may_end and not self._watchers:
                 self._listening = False
                 return True
             return False
 
-    def _wake(self, job_id: str, entry: HeardEntry | None) -> None:
+    def _wake(self, job_id: str, entry: Announcement | None) -> None:
         with self._lock:
-            for woken in self._followers.get(job_id, ()):
+            for woken in self._watchers.get(job_id, ()):
                 woken.hear(entry)
 
     def _wake_all(self) -> None:
         """Every relay reads its log: something may have been published unheard."""
         with self._lock:
-            for followers in self._followers.values():
-                for woken in followers:
+            for watchers in self._watchers.values():
+                for woken in watchers:
                     woken.hear(None)
 
 

@@ -32,6 +32,7 @@ class Admission:
         self.stores = stores
         self.settings = stores.settings
         self.store = stores.store
+        self.cache = stores.cache
         self._lock = threading.Lock()
         self._model: tuple[ModelRef, PromptBuilder] | None = None
         self._swept_at = 0.0
@@ -55,11 +56,11 @@ class Admission:
         sent (the API's per-key concurrency slot)."""
         fields, digest = self.prepare(req, owner, priority)
         fields.update(webhook or {})
-        hit = self.store.cache_get(digest) if digest and self.settings.cache_ttl_s > 0 else None
+        hit = self.cache.get(digest) if digest and self.cache.enabled else None
         if hit is not None:
             return 200, self._answer_from_cache(fields, hit)
 
-        fields.update(status=JobStatus.QUEUED.value, cache_key=digest,
+        fields.update(status=JobStatus.QUEUED, cache_key=digest,
                       **self._deadlines(req, fields["created_at"]))
         job_id = fields["id"]
         coalesce = digest if self.settings.coalesce else None
@@ -125,15 +126,15 @@ class Admission:
         caller died between creating the job and sending it; a spare ticket does nothing)."""
         record = self.store.get(job_id)
         if record is not None:
-            if record.get("status") == JobStatus.QUEUED.value and not record.get("coalesced_into"):
+            if record.get("status") == JobStatus.QUEUED and not record.get("coalesced_into"):
                 self.send_spare_ticket(record)
             return
         fields = {**fields, "id": job_id, "created_at": time.time(), "priority": "batch"}
-        hit = self.store.cache_get(digest) if digest and self.settings.cache_ttl_s > 0 else None
+        hit = self.cache.get(digest) if digest and self.cache.enabled else None
         if hit is not None:
             self._answer_from_cache(fields, hit)
             return
-        fields.update(status=JobStatus.QUEUED.value, cache_key=digest, queue_deadline=deadline,
+        fields.update(status=JobStatus.QUEUED, cache_key=digest, queue_deadline=deadline,
                       run_timeout_s=self.settings.run_timeout_s or None)
         if digest and self.settings.coalesce and self.store.attach(job_id, fields, digest):
             return
@@ -155,7 +156,7 @@ class Admission:
     def retry_after(self) -> int:
         """Seconds until the full queue has room again, at the rate the workers measure."""
         excess = max(self.store.queue_depth() - self.settings.max_queue, 0)
-        return retry_after(excess, [WorkerLoad.from_heartbeat(w) for w in self.store.live_workers()])
+        return retry_after(excess, [WorkerLoad.from_heartbeat(w) for w in self.stores.registry.live()])
 
     def _send_ticket(self, job_id: str, fields: dict, spare: bool = False) -> None:
         """The Celery message: a ticket for the model's fair queue (common/fair_queue.py). A spare
@@ -202,13 +203,13 @@ class Admission:
 
     def _answer_from_cache(self, fields: dict, hit: dict) -> dict:
         now = time.time()
-        fields.update(status=JobStatus.SUCCEEDED.value, cached=True, started_at=now, finished_at=now,
+        fields.update(status=JobStatus.SUCCEEDED, cached=True, started_at=now, finished_at=now,
                       text=hit["text"], finish_reason=hit["finish_reason"],
                       completion_tokens=hit["completion_tokens"])
         job_id = fields["id"]
         self.store.create_finished(job_id, fields)
-        self.store.append_event(job_id, "chunk", {"index": 0, "text": hit["text"]})
-        self.store.publish_done(job_id)
+        self.stores.log.append_event(job_id, "chunk", {"index": 0, "text": hit["text"]})
+        self.stores.log.publish_done(job_id)
         return self.store.get(job_id)
 
 

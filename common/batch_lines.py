@@ -19,6 +19,7 @@ from common.admission import Admission
 from common.errors import ApiError, describe_validation
 from common.openai_format import Surface, error_body
 from common.openai_schemas import ChatCompletionRequest, CompletionRequest
+from common.schemas import JobStatus
 
 ENDPOINTS = {"/v1/chat/completions": (ChatCompletionRequest, Surface(chat=True)),
              "/v1/completions": (CompletionRequest, Surface(chat=False))}
@@ -124,14 +125,14 @@ def result_of(surface: Surface, custom_id: str, record: dict, ending: str | None
     """A finished job as the line's result: (succeeded, result line). `ending` ('batch_cancelled'
     or 'batch_expired') names why a job that was stopped before its end did not finish."""
     job_id, status = record["id"], record.get("status")
-    if status == "succeeded":
+    if status == JobStatus.SUCCEEDED:
         return True, _line(job_id, custom_id, 200, surface.response(record))
     error = record.get("error") or {}
-    if status in ("cancelled", "expired") and ending and error.get("type") != "run_timeout":
+    if status in (JobStatus.CANCELLED, JobStatus.EXPIRED) and ending and error.get("type") != "run_timeout":
         return False, stopped(job_id, custom_id, ending)
-    if status == "expired" and error.get("type") == "queue_timeout":  # its deadline is the window's
+    if status == JobStatus.EXPIRED and error.get("type") == "queue_timeout":  # its deadline is the window's
         return False, stopped(job_id, custom_id, "batch_expired")
-    if status == "cancelled":
+    if status == JobStatus.CANCELLED:
         return False, _line(job_id, custom_id, 409, error_body(409, f"job {job_id} was cancelled", "job_cancelled"))
     if error.get("type") == "invalid_request":
         return False, _line(job_id, custom_id, 400, error_body(400, error.get("message", "invalid request"),

@@ -24,6 +24,7 @@ import redis
 from common.fair_queue import ANONYMOUS
 from common.files import page_of_index
 from common.keys import Keys
+from common.lua import script
 
 if TYPE_CHECKING:
     from common.webhooks import Webhooks
@@ -36,29 +37,6 @@ _TIMESTAMPS = ("created_at", "in_progress_at", "expires_at", "finalizing_at", "c
 _INTS = _TIMESTAMPS + ("total", "completed", "failed", "input_tokens", "output_tokens")
 _JSON = ("errors", "metadata")
 _WORKING_PARTS = ("requests", "pending", "results", "queued")
-
-# KEYS[1] batch. ARGV: 1 allowed current statuses (comma-separated), 2 new status, 3.. fields.
-_TRANSITION = """
-local st = redis.call('HGET', KEYS[1], 'status')
-if not st then return 0 end
-local allowed = false
-for s in string.gmatch(ARGV[1], '[^,]+') do if s == st then allowed = true end end
-if not allowed then return 0 end
-redis.call('HSET', KEYS[1], 'status', ARGV[2])
-if #ARGV > 2 then redis.call('HSET', KEYS[1], unpack(ARGV, 3)) end
-return 1
-"""
-
-# KEYS: batch, results, pending. ARGV: 1 line, 2 'completed'|'failed', 3 result, 4 input tokens,
-# 5 output tokens. Returns 1 if this call accounted for the line.
-_RECORD = """
-if redis.call('HSETNX', KEYS[2], ARGV[1], ARGV[3]) == 0 then return 0 end
-redis.call('SREM', KEYS[3], ARGV[1])
-redis.call('HINCRBY', KEYS[1], ARGV[2], 1)
-redis.call('HINCRBY', KEYS[1], 'input_tokens', ARGV[4])
-redis.call('HINCRBY', KEYS[1], 'output_tokens', ARGV[5])
-return 1
-"""
 
 
 def on_batch_ended(webhooks: Webhooks, batch: dict[str, Any]) -> None:
@@ -100,8 +78,8 @@ class BatchStore:
         self.r = client
         self.keys = keys
         self.ttl_s = ttl_s
-        self._transition = client.register_script(_TRANSITION)
-        self._record = client.register_script(_RECORD)
+        self._transition = script(client, "batch_transition")
+        self._record = script(client, "batch_record_result")
 
     def create(self, owner: str | None, fields: dict[str, Any]) -> dict[str, Any]:
         batch_id = f"batch_{uuid.uuid4().hex}"

@@ -3,7 +3,7 @@
 Why not Celery's queue order: its Redis queue is one FIFO per priority, so a key that submits 100
 jobs holds every slot until they are done and a second key's single job waits behind all of them.
 Here a Celery message is a *ticket* ("run the next job of this model's queue"), not a job: the
-worker, when a slot is free, asks Redis which job is next (`PICK`, one Lua script):
+worker, when a slot is free, asks Redis which job is next (one Lua script, common/lua/fair_pick.lua):
 
 - strictly by priority level first (high, normal, low);
 - within a level, the key ("owner") whose *virtual start tag* is lowest; after each pick the
@@ -18,8 +18,9 @@ was cancelled, expired or picked by another ticket) does nothing. The pick recor
 ticket (Celery task id) took, so a redelivered ticket, after its worker died, resumes *that* job.
 
 Anonymous jobs (auth off) share one owner, so without keys the order is plain FIFO per priority.
-Keys are per model queue (`<ns>:fair:<queue>:<level>:...`); the Lua builds them from a prefix, so
-this needs a single Redis instance (not Redis Cluster), like the rest of llmq.
+Keys are per model queue (`Keys.fair_owners` etc.); the pick script builds an owner's list key from
+its level's prefix, so this needs a single Redis instance (not Redis Cluster), like the rest of
+llmq. Enqueueing and removal happen inside the job scripts (common/lua/fair_lib.lua).
 """
 from __future__ import annotations
 
@@ -29,74 +30,11 @@ from dataclasses import dataclass
 import redis
 
 from common.keys import Keys
-from common.schemas import PRIORITY_LEVELS
+from common.lua import script
+from common.schemas import PRIORITY_LEVELS, JobStatus
 
 ANONYMOUS = "~anon"  # '~' is not allowed in key ids, so no key can collide with it
 LEVELS = sorted(set(PRIORITY_LEVELS.values()))
-
-# Lua, called inside job creation (jobs._CREATE) with the level's owners zset, the owner's list,
-# the level's meta hash, the owner, its cost per job (1 / weight) and the job id.
-ENQUEUE_LUA = """
-local function fair_enqueue(owners, list, meta, owner, cost, job_id)
-  redis.call('RPUSH', list, job_id)
-  redis.call('HSET', meta, 'cost:' .. owner, cost)
-  if not redis.call('ZSCORE', owners, owner) then
-    local clock = tonumber(redis.call('HGET', meta, 'clock') or '0')
-    local finish = tonumber(redis.call('HGET', meta, 'finish:' .. owner) or '0')
-    redis.call('ZADD', owners, math.max(clock, finish), owner)
-  end
-end
-"""
-
-# Lua: take a job out of its fair list wherever it is (cancel, expiry, a failed enqueue).
-# KEYS[1] is the job hash, ARGV[1] the job id.
-REMOVE_LUA = """
-local function fair_remove()
-  local list = redis.call('HGET', KEYS[1], 'fair_list')
-  if list then redis.call('LREM', list, 0, ARGV[1]) end
-end
-"""
-
-# KEYS: the ticket's key, the queued zset, the held hash. ARGV: 1 fair prefix of the model queue,
-# 2 job key prefix, 3 ticket ttl, 4 worker name, 5.. the priority levels, first served first.
-_PICK = """
-local mapped = redis.call('GET', KEYS[1])
-if mapped then
-  redis.call('HSET', KEYS[3], mapped, ARGV[4])
-  return {mapped, 'resumed'}
-end
-local prefix, job_prefix = ARGV[1], ARGV[2]
-for i = 5, #ARGV do
-  local owners = prefix .. ARGV[i] .. ':owners'
-  local meta = prefix .. ARGV[i] .. ':meta'
-  while true do
-    local head = redis.call('ZRANGE', owners, 0, 0, 'WITHSCORES')
-    if #head == 0 then break end
-    local owner, tag = head[1], tonumber(head[2])
-    local list = prefix .. ARGV[i] .. ':jobs:' .. owner
-    local job_id = redis.call('LPOP', list)
-    local cost = tonumber(redis.call('HGET', meta, 'cost:' .. owner) or '1')
-    if not job_id then
-      redis.call('ZREM', owners, owner)
-    else
-      if redis.call('LLEN', list) == 0 then
-        redis.call('ZREM', owners, owner)
-        redis.call('HSET', meta, 'finish:' .. owner, tag + cost)
-      else
-        redis.call('ZADD', owners, tag + cost, owner)
-      end
-      redis.call('HSET', meta, 'clock', tag)
-      if redis.call('HGET', job_prefix .. job_id, 'status') == 'queued' then
-        redis.call('ZREM', KEYS[2], job_id)
-        redis.call('SET', KEYS[1], job_id, 'EX', ARGV[3])
-        redis.call('HSET', KEYS[3], job_id, ARGV[4])
-        return {job_id, 'picked'}
-      end
-    end
-  end
-end
-return false
-"""
 
 
 @dataclass(frozen=True)
@@ -123,16 +61,18 @@ class FairQueue:
         self.r = client
         self.keys = keys
         self.job_ttl_s = job_ttl_s
-        self._pick = client.register_script(_PICK)
+        self._pick = script(client, "fair_pick")
 
     def pick(self, queue: str, ticket: str, worker: str = "") -> tuple[str, str] | None:
         """The job this ticket runs: (job id, 'picked') for the fairest queued job, (job id,
         'resumed') when this ticket already took one (a redelivery), None when nothing waits.
         In the same step the job is recorded as held by `worker` (until `release`), so the API's
         ETAs see a slot taken at once, not at the next heartbeat."""
-        result = self._pick(keys=[self.keys.ticket(ticket), self.keys.queued, self.keys.held],
-                            args=[self.keys.fair_prefix(queue), self.keys.job(""), self.job_ttl_s,
-                                  worker, *LEVELS])
+        levels = [key for level in LEVELS
+                  for key in (self.keys.fair_owners(queue, level), self.keys.fair_meta(queue, level))]
+        result = self._pick(keys=[self.keys.ticket(ticket), self.keys.queued, self.keys.held, *levels],
+                            args=[self.keys.job(""), self.job_ttl_s, worker,
+                                  *(self.keys.fair_jobs(queue, level, "") for level in LEVELS)])
         return (result[0], result[1]) if result else None
 
     def release(self, job_id: str, worker: str) -> None:
@@ -152,7 +92,7 @@ class FairQueue:
             pipe.hmget(self.keys.job(job_id), "status", "completion_tokens", "max_tokens")
         by_worker: dict[str, list[dict]] = {}
         for (job_id, worker), (status, done, max_tokens) in zip(held.items(), pipe.execute()):
-            if status not in ("queued", "running"):
+            if status not in (JobStatus.QUEUED, JobStatus.RUNNING):
                 self.r.hdel(self.keys.held, job_id)
                 continue
             by_worker.setdefault(worker, []).append(

@@ -1,8 +1,14 @@
-"""Every Redis key and channel name llmq uses, in one place, all under the namespace."""
+"""Every Redis key and channel name llmq uses, in one place, all under the namespace.
+
+Lua scripts get their keys as KEYS; a script that finds jobs as it runs (a primary's followers, an
+heir) gets the job key layout instead (`job_layout`), so no layout is spelled anywhere else."""
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+# A job's own keys: its record's key plus one of these
+_EVENTS, _WAKE, _LEASE, _FOLLOWERS = ":events", ":wake", ":lease", ":followers"
 
 
 def model_slug(model: str) -> str:
@@ -24,13 +30,18 @@ class Keys:
 
     def events(self, job_id: str) -> str:
         """Redis Stream: the replayable token log of one job."""
-        return f"{self.ns}:job:{job_id}:events"
+        return self.job(job_id) + _EVENTS
 
     def channel(self, job_id: str) -> str:
-        """Pub/sub channel that wakes SSE relays when the job's stream grows. An entry logged by
-        a worker is announced with its content, "<previous entry id> <entry id> <event> <data>"
-        (the relay then need not read it back); any other message only says: read the log."""
-        return f"{self.ns}:job:{job_id}:wake"
+        """Pub/sub channel announcing that the job's log grew (what a message says:
+        common/token_log.py)."""
+        return self.job(job_id) + _WAKE
+
+    def job_layout(self) -> list[str]:
+        """How a script builds the keys of jobs it finds as it runs: the job key prefix, the
+        suffixes of a job's log, channel and followers set, and the inflight prefix. The first
+        five ARGV of every job script (common/lua/job_keys.lua)."""
+        return [self.job(""), _EVENTS, _WAKE, _FOLLOWERS, self.inflight("")]
 
     def cache(self, digest: str) -> str:
         return f"{self.ns}:cache:{digest}"
@@ -72,7 +83,7 @@ class Keys:
     # --- leases, deadlines, API keys --------------------------------------------------------
     def lease(self, job_id: str) -> str:
         """Which worker runs the job now; expires unless that worker's heartbeat renews it."""
-        return f"{self.ns}:job:{job_id}:lease"
+        return self.job(job_id) + _LEASE
 
     @property
     def deadlines(self) -> str:
@@ -98,6 +109,17 @@ class Keys:
         return f"{self.ns}:broker:"
 
     @property
+    def control_exchange(self) -> str:
+        """Celery's broadcast exchange (worker pings, Flower's inspect); kombu keeps its bindings
+        in Redis under this name."""
+        return f"{self.ns}.control"
+
+    @property
+    def event_exchange(self) -> str:
+        """Celery's task-event exchange (Flower listens on it)."""
+        return f"{self.ns}.events"
+
+    @property
     def broker_unacked_index(self) -> str:
         """kombu's sorted set of delivered, unacked messages (delivery tag -> delivery time)."""
         return f"{self.broker_prefix}unacked_index"
@@ -112,7 +134,8 @@ class Keys:
         return f"{self.fair_prefix(queue)}{level}:owners"
 
     def fair_jobs(self, queue: str, level: int, owner: str) -> str:
-        """List: one key's queued job ids at a priority level, oldest first."""
+        """List: one key's queued job ids at a priority level, oldest first. With owner "": the
+        prefix of the level's lists, for the pick script (common/lua/fair_pick.lua)."""
         return f"{self.fair_prefix(queue)}{level}:jobs:{owner}"
 
     def fair_meta(self, queue: str, level: int) -> str:
@@ -134,7 +157,7 @@ class Keys:
 
     def followers(self, job_id: str) -> str:
         """Set of the jobs attached to this job's generation (identical requests, coalesced)."""
-        return f"{self.ns}:job:{job_id}:followers"
+        return self.job(job_id) + _FOLLOWERS
 
     # --- webhooks ---------------------------------------------------------------------------
     def webhook(self, delivery_id: str) -> str:

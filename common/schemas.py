@@ -9,12 +9,17 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 
 class JobStatus(str, enum.Enum):
+    """A job's status. A str, so Redis fields, JSON and comparisons with "queued" see the word."""
+
     QUEUED = "queued"
     RUNNING = "running"
     SUCCEEDED = "succeeded"
     FAILED = "failed"
     CANCELLED = "cancelled"
     EXPIRED = "expired"
+
+    def __str__(self) -> str:  # "queued", not "JobStatus.QUEUED", wherever it is formatted or written
+        return self.value
 
     @property
     def terminal(self) -> bool:

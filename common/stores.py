@@ -1,18 +1,24 @@
-"""llmq's Redis-backed state, built once per process: the job store, files, batches, webhook
-deliveries, and the Celery app that sends tickets and deliveries. The API, the model workers and
-the control worker each build one `Stores`, so every process talks to Redis with one client and
-one set of timeouts (common/redis_client.py)."""
+"""llmq's Redis-backed state, built once per process: job records, token logs, the fair queue, the
+worker registry, the result cache, counters, files, batches, webhook deliveries, and the Celery
+app that sends tickets and deliveries. The API, the model workers and the control worker each
+build one `Stores`, so every process talks to Redis with one client and one set of timeouts
+(common/redis_client.py)."""
 from __future__ import annotations
 
 from celery import Celery
 
 from common.batches import BatchStore
+from common.counters import Counters
+from common.fair_queue import FairQueue
 from common.files import FileStore
 from common.jobs import JobStore
 from common.keys import Keys
 from common.redis_client import redis_client
+from common.result_cache import ResultCache
 from common.settings import Settings
+from common.token_log import TokenLog
 from common.webhooks import Webhooks, job_webhook_hook
+from common.worker_registry import WorkerRegistry
 
 
 class Stores:
@@ -23,8 +29,13 @@ class Stores:
         self.keys = Keys(settings.namespace)
         self.redis = redis_client(settings, **redis_options)
         self.webhooks = Webhooks(settings, self.redis, celery=celery)
-        self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen,
-                              on_event=job_webhook_hook(self.webhooks))
+        self.counters = Counters(self.redis, self.keys)
+        self.fair = FairQueue(self.redis, self.keys, settings.job_ttl_s)
+        self.log = TokenLog(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen,
+                            on_event=job_webhook_hook(self.webhooks))
+        self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, self.log, self.fair, self.counters)
+        self.registry = WorkerRegistry(self.redis, self.keys, self.fair)
+        self.cache = ResultCache(self.redis, self.keys, self.counters, settings.cache_ttl_s)
         self.files = FileStore(self.redis, self.keys, settings.file_ttl_s)
         self.batches = BatchStore(self.redis, self.keys, settings.batch_ttl_s)
 

@@ -25,6 +25,7 @@ from typing import Any
 import redis
 
 from common.keys import Keys
+from common.lua import script
 from common.settings import Settings
 from common.webhook_rules import WebhookUrlError, validate_webhook_url as _validate_url
 
@@ -38,25 +39,6 @@ _INT, _FLOAT = ("attempts", "last_status_code"), ("created_at", "last_attempt_at
 
 __all__ = ["WebhookUrlError", "validate_webhook_url", "Webhooks", "job_webhook_hook", "JOB_EVENTS",
            "DEFAULT_JOB_EVENTS", "WEBHOOK_QUEUE"]
-
-# KEYS: index, delivery. ARGV: 1 event type, 2 delivery id, 3 ttl, 4.. fields
-_CREATE = """
-if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 0 then return 0 end
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('HSET', KEYS[2], unpack(ARGV, 4))
-redis.call('EXPIRE', KEYS[2], ARGV[3])
-return 1
-"""
-
-# The outcome of attempt ARGV[1], written only if it is the next attempt of a pending delivery.
-# KEYS: delivery. ARGV: 1 attempt, 2 ttl, 3.. fields
-_RECORD = """
-if redis.call('HGET', KEYS[1], 'state') ~= 'pending' then return 0 end
-if tonumber(redis.call('HGET', KEYS[1], 'attempts')) ~= tonumber(ARGV[1]) - 1 then return 0 end
-redis.call('HSET', KEYS[1], 'attempts', ARGV[1], unpack(ARGV, 3))
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-return 1
-"""
 
 
 def validate_webhook_url(url: str, settings: Settings) -> str:
@@ -75,8 +57,8 @@ class Webhooks:
         self.r = client
         self.keys = Keys(settings.namespace)
         self._celery = celery
-        self._create = client.register_script(_CREATE)
-        self._record = client.register_script(_RECORD)
+        self._create = script(client, "webhook_create")
+        self._record = script(client, "webhook_record_attempt")
 
     @property
     def celery(self):
@@ -145,7 +127,7 @@ class Webhooks:
 
 
 # --- jobs ------------------------------------------------------------------------------------
-def job_events(record: dict[str, Any]) -> list[str]:
+def webhook_events_of(record: dict[str, Any]) -> list[str]:
     """The events a job's webhook is sent for, as stored in its record."""
     return (record.get("webhook_events") or ",".join(DEFAULT_JOB_EVENTS)).split(",")
 
@@ -163,10 +145,11 @@ def job_event_data(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def job_webhook_hook(webhooks: Webhooks):
-    """The JobStore hook (`on_event(event, record)`) that queues a job's webhook deliveries."""
+    """The token log's hook (`on_event(event, record)`, common/token_log.py) that queues a job's
+    webhook deliveries."""
     def on_event(event: str, record: dict[str, Any]) -> None:
         url = record.get("webhook")
-        if url and event in job_events(record):
+        if url and event in webhook_events_of(record):
             webhooks.enqueue(record["id"], f"job.{event}", job_event_data(record), url)
     return on_event
 

@@ -65,7 +65,7 @@ def test_identical_requests_share_one_generation(store, settings):
         assert record["status"] == "succeeded" and record["text"] == ANSWER
         assert text_of(store, job) == ANSWER and done_of(store, job)["status"] == "succeeded"
     assert store.get(second)["coalesced_into"] == first
-    assert store.counters()["coalesced"] == 1
+    assert store.counters.read()["coalesced"] == 1
     assert store.attach(uuid.uuid4().hex, new_fields()[1], DIGEST) is None  # it ended: nothing to join
 
 
@@ -86,7 +86,7 @@ def test_cancelling_a_follower_detaches_it_and_the_generation_goes_on(store, set
     first = primary(store)
     second = follower(store, first)
     assert store.request_cancel(second) == "cancelled"
-    store.publish_done(second)
+    store.log.publish_done(second)
     job_runner, _ = make_runner(store, settings, {first: ANSWER})
     job_runner.run_ticket(uuid.uuid4().hex, QUEUE)
     assert store.get(first)["status"] == "succeeded" and store.get(second)["status"] == "cancelled"
@@ -100,7 +100,7 @@ def test_a_running_primary_cancelled_by_its_client_keeps_generating_for_its_foll
     thread, _ = run_in_thread(job_runner)
     wait_until(lambda: len(store.get(first).get("text", "")) >= 3)
     assert store.request_cancel(first) == "cancelled"  # its own client is done with it at once
-    store.publish_done(first)
+    store.log.publish_done(first)
     thread.join(30)
     assert store.get(first)["status"] == "cancelled" and done_of(store, first)["status"] == "cancelled"
     assert store.get(second)["status"] == "succeeded" and text_of(store, second) == ANSWER

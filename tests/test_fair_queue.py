@@ -5,10 +5,8 @@ import time
 import uuid
 
 import pytest
-import redis
 
-from common.jobs import JobStore
-from common.keys import Keys
+from common.stores import Stores
 from tests.conftest import cleanup_namespace, make_settings
 
 QUEUE = "q"
@@ -17,8 +15,7 @@ QUEUE = "q"
 @pytest.fixture
 def store():
     settings = make_settings()
-    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
-    yield JobStore(client, Keys(settings.namespace), settings.job_ttl_s, settings.events_maxlen)
+    yield Stores(settings).store
     cleanup_namespace(settings)
 
 

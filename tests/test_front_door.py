@@ -21,8 +21,8 @@ import redis
 import requests
 
 from common.api_keys import hash_key
-from common.jobs import JobStore
 from common.keys import Keys
+from common.stores import Stores
 from tests.conftest import (ROOT, LiveServer, cleanup_namespace, free_port, make_settings, settings_env,
                             wait_until)
 from api import create_app
@@ -243,8 +243,7 @@ def test_a_slow_reader_does_not_stall_other_streams(gevent_stack):
     server's write to it blocks); meanwhile other streams on the same process complete, and the
     stalled one is intact when its client reads at last."""
     api, settings = gevent_stack
-    store = JobStore(redis.Redis.from_url(settings.redis_url, decode_responses=True),
-                     Keys(settings.namespace), settings.job_ttl_s, 100_000)
+    store = Stores(settings.model_copy(update={"events_maxlen": 100_000})).store
     big = uuid.uuid4().hex
     store.create_finished(big, {"id": big, "status": "succeeded", "model": "m", "created_at": time.time(),
                                 "finished_at": time.time(), "finish_reason": "length"})
@@ -252,7 +251,7 @@ def test_a_slow_reader_does_not_stall_other_streams(gevent_stack):
     for i in range(8000):
         pipe.xadd(store.keys.events(big), {"event": "chunk", "data": json.dumps({"index": i, "text": "x" * 1000})})
     pipe.execute()
-    store.publish_done(big)
+    store.log.publish_done(big)
 
     slow = socket.socket()
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

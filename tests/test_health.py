@@ -15,21 +15,21 @@ def api(model_ref):
     settings = make_settings()
     app = create_app(settings)
     server = LiveServer(app)
-    yield server.url, app.extensions["llmq"].store
+    yield server.url, app.extensions["llmq"].registry
     server.stop()
     cleanup_namespace(settings)
 
 
-def beat(store, name, ttl_s):
-    store.heartbeat({"name": name, "model": "SmolLM2-135M-Instruct", "running": 0,
+def beat(registry, name, ttl_s):
+    registry.heartbeat({"name": name, "model": "SmolLM2-135M-Instruct", "running": 0,
                      "updated_at": time.time()}, ttl_s=ttl_s)
 
 
 def test_health_is_fast_and_lists_workers_by_heartbeat(api):
-    base, store = api
+    base, registry = api
     assert requests.get(f"{base}/health", timeout=10).json()["status"] == "degraded"  # no worker yet
-    beat(store, "steady:1", ttl_s=60)
-    beat(store, "dying:2", ttl_s=1)
+    beat(registry, "steady:1", ttl_s=60)
+    beat(registry, "dying:2", ttl_s=1)
     body = requests.get(f"{base}/health", timeout=10).json()
     assert body["status"] == "ok" and body["workers"] == ["dying:2", "steady:1"]
 
@@ -42,12 +42,12 @@ def test_health_is_fast_and_lists_workers_by_heartbeat(api):
 
     time.sleep(1.5)  # the dying worker's heartbeat is stale: it drops out, and out of the hash
     assert requests.get(f"{base}/health", timeout=10).json()["workers"] == ["steady:1"]
-    assert store.r.hkeys(store.keys.workers) == ["steady:1"]
+    assert registry.r.hkeys(registry.keys.workers) == ["steady:1"]
 
 
 def test_deep_health_pings_the_workers_through_the_broker(api):
-    base, store = api
-    beat(store, "ghost:3", ttl_s=60)  # a heartbeat without a consumer behind it
+    base, registry = api
+    beat(registry, "ghost:3", ttl_s=60)  # a heartbeat without a consumer behind it
     assert requests.get(f"{base}/health", timeout=10).json()["workers"] == ["ghost:3"]
     deep = requests.get(f"{base}/health", params={"deep": "1"}, timeout=10).json()
     assert deep["celery_workers"] == [] and deep["workers"] == [] and deep["status"] == "degraded"

@@ -11,10 +11,9 @@ import pytest
 import redis
 
 from api import create_app
-from common.jobs import JobStore
-from common.keys import Keys
 from common.schemas import JobStatus
 from common.sseclient import iter_sse
+from common.stores import Stores
 from tests.conftest import cleanup_namespace, make_settings
 from tests.fakes import CharTokenizer, ScriptedRunner
 from worker.engine.engine import LLMEngine
@@ -47,8 +46,7 @@ def settings():
 
 @pytest.fixture
 def store(settings):
-    client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
-    return JobStore(client, Keys(settings.namespace), settings.job_ttl_s, settings.events_maxlen)
+    return Stores(settings).store
 
 
 def queue_job(store, max_tokens=64, **fields) -> str:
@@ -68,13 +66,13 @@ def make_runner(store, settings, scripts, name="w2", delay=0.0):
 
 
 def events_of(store, job_id):
-    return [(event, data) for _, event, data in store.read_events(job_id)]
+    return [(event, data) for _, event, data in store.log.read_events(job_id)]
 
 
 def test_redelivery_restarts_cleanly_and_the_stale_attempt_is_fenced_off(store, settings):
     job = queue_job(store)
     assert store.start(job, "w1", max_attempts=2) == ("start", 1)
-    assert store.append_chunk(job, 1, {"index": 0, "text": "stale "}, text="stale ")
+    assert store.log.append_chunk(job, 1, {"index": 0, "text": "stale "}, text="stale ")
     # a second delivery while w1's lease lives is a duplicate and changes nothing
     assert store.start(job, "w2", max_attempts=2) == ("duplicate", 1)
     store.r.delete(store.keys.lease(job))  # w1 died: its lease lapses
@@ -93,7 +91,7 @@ def test_redelivery_restarts_cleanly_and_the_stale_attempt_is_fenced_off(store, 
     assert "".join(d["text"] for e, d in after if e == "chunk") == "fresh answer"
     assert after[-1][0] == "done" and after[-1][1]["status"] == "succeeded"
     # the stale attempt wakes up: nothing it writes lands
-    assert not store.append_chunk(job, 1, {"index": 1, "text": "zombie"}, text="stale zombie")
+    assert not store.log.append_chunk(job, 1, {"index": 1, "text": "zombie"}, text="stale zombie")
     assert not store.finish(job, JobStatus.FAILED, attempt=1, finish_reason="error")
     assert store.get(job)["text"] == "fresh answer" and len(events_of(store, job)) == len(events)
 
@@ -159,7 +157,7 @@ def test_a_cancel_is_learnt_from_the_chunk_writes_themselves(store, settings):
     ran = threading.Thread(target=job_runner.run, args=(job,))
     ran.start()
     deadline = time.monotonic() + 10
-    while store.chunks_written(job) < 5 and time.monotonic() < deadline:
+    while store.log.chunks_written(job) < 5 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert store.request_cancel(job) == "cancelling"
     ran.join(timeout=10)
@@ -181,7 +179,7 @@ def test_the_worker_refuses_a_job_that_waited_past_its_queue_deadline(store, set
 
 def test_redis_write_failures_are_buffered_and_nothing_is_lost(store, settings, monkeypatch):
     job = queue_job(store)
-    real_append, failures = store.append_chunk, {"left": 5}
+    real_append, failures = store.log.append_chunk, {"left": 5}
 
     def flaky_append(*args, **kwargs):
         if failures["left"] > 0:
@@ -189,7 +187,7 @@ def test_redis_write_failures_are_buffered_and_nothing_is_lost(store, settings, 
             raise redis.ConnectionError("Redis is restarting")
         return real_append(*args, **kwargs)
 
-    monkeypatch.setattr(store, "append_chunk", flaky_append)
+    monkeypatch.setattr(store.log, "append_chunk", flaky_append)
     job_runner, _ = make_runner(store, settings, {job: "all of this text arrives"}, delay=0.01)
     job_runner.run(job)
     assert_whole_answer(store, job, "all of this text arrives")
@@ -208,7 +206,7 @@ def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, sett
     """Redis ran the append and went down before replying: the runner sees an error, but the
     chunk is in the log. The next write must continue after it, not repeat it."""
     job = queue_job(store)
-    real_append, lost = store.append_chunk, {"left": 3}
+    real_append, lost = store.log.append_chunk, {"left": 3}
 
     def append_then_lose_reply(*args, **kwargs):
         result = real_append(*args, **kwargs)
@@ -217,7 +215,7 @@ def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, sett
             raise redis.ConnectionError("Connection closed by server")
         return result
 
-    monkeypatch.setattr(store, "append_chunk", append_then_lose_reply)
+    monkeypatch.setattr(store.log, "append_chunk", append_then_lose_reply)
     job_runner, _ = make_runner(store, settings, {job: "every word exactly once"}, delay=0.01)
     job_runner.run(job)
     assert_whole_answer(store, job, "every word exactly once")

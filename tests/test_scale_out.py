@@ -6,13 +6,11 @@ import subprocess
 import time
 
 import pytest
-import redis
 import requests
 
 from api import create_app
 from common.celery_app import make_celery
-from common.jobs import JobStore
-from common.keys import Keys
+from common.stores import Stores
 from tests.conftest import ROOT, LiveServer, cleanup_namespace, make_settings, settings_env, wait_for_job
 from tests.metrics_util import parse_metrics, value
 from worker.pinning import parse_cpus
@@ -83,8 +81,7 @@ def finished_jobs(cluster):
 def test_two_pinned_workers_share_the_queue(cluster, finished_jobs):
     settings, base, run_dir, _ = cluster
     assert all(job["status"] == "succeeded" for job in finished_jobs)
-    store = JobStore(redis.Redis.from_url(settings.redis_url, decode_responses=True),
-                     Keys(settings.namespace), 60, 100)
+    store = Stores(settings).store
     workers = {store.get(job["id"])["worker"] for job in finished_jobs}
     assert len(workers) == 2, f"one worker took every job: {workers}"
 

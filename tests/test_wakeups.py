@@ -22,7 +22,7 @@ def keys():
 def test_a_publish_wakes_the_followers_of_that_job_only(keys):
     ns, client = keys
     wakeups = JobWakeups(client, ns, linger_s=0.5, poll_s=0.1)
-    with wakeups.follow("a") as a1, wakeups.follow("a") as a2, wakeups.follow("b") as b:
+    with wakeups.watch("a") as a1, wakeups.watch("a") as a2, wakeups.watch("b") as b:
         assert a1.wait(5) and b.wait(5)  # woken once the listener has subscribed
         for woken in (a1, a2, b):
             woken.clear()
@@ -35,13 +35,13 @@ def test_a_publish_wakes_the_followers_of_that_job_only(keys):
 def test_the_listener_ends_when_nobody_follows_and_a_new_follower_starts_another(keys):
     ns, client = keys
     wakeups = JobWakeups(client, ns, linger_s=0.3, poll_s=0.05)
-    with wakeups.follow("a") as woken:
+    with wakeups.watch("a") as woken:
         assert woken.wait(5) and wakeups.listening
     deadline = time.monotonic() + 5
     while wakeups.listening and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not wakeups.listening
-    with wakeups.follow("a") as woken:
+    with wakeups.watch("a") as woken:
         assert woken.wait(5)  # the new listener's subscription wakes its relays
         woken.clear()
         client.publish(ns.channel("a"), "chunk")
@@ -55,7 +55,7 @@ def test_followers_are_woken_through_a_redis_restart(tmp_path):
         client = redis.Redis.from_url(private.url, decode_responses=True, socket_timeout=5)
         ns = Keys("wake-test")
         wakeups = JobWakeups(client, ns, poll_s=0.1)
-        with wakeups.follow("a") as woken:
+        with wakeups.watch("a") as woken:
             assert woken.wait(5)
             woken.clear()
             private.stop()

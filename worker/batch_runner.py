@@ -24,10 +24,9 @@ from common.admission import Admission
 from common.api_keys import load_keys
 from common.batch_lines import ENDPOINTS, PreparedLine, check_file, result_of, stopped
 from common.batches import TERMINAL, line_job_id, on_batch_ended
-from common.jobs import decode_record
+from common.schemas import JobStatus
 
 log = logging.getLogger(__name__)
-_ENDED = ("succeeded", "failed", "cancelled", "expired")
 _READ_CHUNK = 500
 _STALL_S = 30.0  # no line ended for this long while lines wait: top up their tickets
 _SPARE_TICKETS = 32
@@ -124,16 +123,13 @@ class BatchRunner:
         for start in range(0, len(pending), _READ_CHUNK):
             renew()
             lines = pending[start:start + _READ_CHUNK]
-            pipe = self.stores.redis.pipeline(transaction=False)
-            for line in lines:
-                pipe.hgetall(self.stores.keys.job(line_job_id(batch_id, line)))
-            for line, raw in zip(lines, pipe.execute()):
-                if not raw:
+            records = self.stores.store.get_many([line_job_id(batch_id, line) for line in lines])
+            for line, record in zip(lines, records):
+                if record is None:
                     self._requeue(batch, line, ending)
                     continue
-                record = decode_record(raw)
-                if record["status"] not in _ENDED:
-                    if record["status"] == "queued" and not record.get("coalesced_into"):
+                if not record["status"].terminal:
+                    if record["status"] is JobStatus.QUEUED and not record.get("coalesced_into"):
                         queued.append(record)
                     continue
                 prepared = self._request(batch_id, line)
@@ -182,9 +178,7 @@ class BatchRunner:
         batch_id = batch["id"]
         if not batch.get("jobs_stopped"):
             for line in self.batches.pending(batch_id):
-                job_id = line_job_id(batch_id, line)
-                if self.stores.store.request_cancel(job_id) == "cancelled":
-                    self.stores.store.publish_done(job_id)
+                self.stores.store.cancel(line_job_id(batch_id, line))
             self.batches.update(batch_id, jobs_stopped=time.time())
             batch = self.batches.get(batch_id)
         self._collect(batch, lambda: None, ending)

@@ -18,6 +18,7 @@ import redis
 
 from common.admission import Admission
 from common.batches import TASK_BATCH_ADVANCE, kick
+from common.lua import script
 from common.stores import Stores
 from worker.batch_runner import BatchRunner
 from worker.control_app import app, stores
@@ -25,7 +26,6 @@ from worker.control_app import app, stores
 log = logging.getLogger(__name__)
 _LOCK_TTL_S = 20
 _STALE_S = 20.0
-_RELEASE = "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0"
 _admission: Admission | None = None
 
 
@@ -53,7 +53,7 @@ def advance(self, batch_id: str) -> None:
     try:
         done = BatchRunner(admission()).advance(batch_id, renew)
     finally:
-        svc.redis.eval(_RELEASE, 1, lock, token)
+        script(svc.redis, "lock_release")(keys=[lock], args=[token])
     if not done:
         kick(svc.redis, svc.celery, keys, batch_id, countdown=svc.settings.batch_poll_s)
 

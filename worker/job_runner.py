@@ -20,10 +20,12 @@ from typing import TypeVar
 
 import redis
 
-from common.jobs import JobStore
+from common.jobs import Claim, Claimed, JobStore
 from common.logs import job_context
+from common.result_cache import ResultCache
 from common.schemas import FinishReason, JobStatus
 from common.settings import Settings
+from common.token_log import ChunkWrite
 from worker.engine.loop import EngineLoop, RequestStream
 from worker.engine.sequence import EngineRequest, RequestOutput, ResponseFormat, Sampling
 from worker.lease import Leases, lease_ttl
@@ -72,8 +74,11 @@ def engine_sampling(sampling: dict) -> Sampling:
 class JobRunner:
     def __init__(self, store: JobStore, loop: EngineLoop, worker_name: str, settings: Settings,
                  leases: Leases | None = None, metrics: WorkerMetrics | None = None,
-                 meter: LoadMeter | None = None):
+                 meter: LoadMeter | None = None, cache: ResultCache | None = None):
+        """`cache`: where succeeded answers to cacheable requests go (None: nowhere)."""
         self.store = store
+        self.log = store.log
+        self.cache = cache
         self.metrics = metrics
         self.meter = meter
         self.loop = loop
@@ -105,14 +110,14 @@ class JobRunner:
             return {"job_id": job_id, "status": JobStatus.EXPIRED.value, "finish_reason": FinishReason.TIMEOUT}
         outcome, attempt = self._claim(job_id)
         log.info("job %s: %s (attempt %d)", job_id, outcome, attempt, extra={"job_id": job_id})
-        if outcome == "cancel":
+        if outcome is Claimed.CANCEL:
             return self._end(job_id, None, JobStatus.CANCELLED, finish_reason=FinishReason.CANCELLED)
-        if outcome == "poison":
+        if outcome is Claimed.POISON:
             return self._end(job_id, None, JobStatus.FAILED, finish_reason=FinishReason.ERROR, error={
                 "type": "poison_job", "message": f"job was delivered {attempt} times and each "
                 f"attempt lost its worker; giving up (max_attempts={self.settings.max_attempts})"})
-        if outcome not in ("start", "restart"):
-            return {"job_id": job_id, "status": outcome}  # missing, or already ended: nothing to do
+        if outcome is Claimed.MISSING or isinstance(outcome, JobStatus):  # it is gone, or has ended
+            return {"job_id": job_id, "status": str(outcome)}
         self.leases.hold(job_id, attempt)
         record = self.store.get(job_id)
         if self.metrics:
@@ -132,14 +137,14 @@ class JobRunner:
         finally:
             self.leases.release(job_id)
 
-    def _claim(self, job_id: str) -> tuple[str, int]:
+    def _claim(self, job_id: str) -> Claim:
         """Start the job. A duplicate delivery (another live worker holds the job) waits for that
         worker to finish it, or to die and let its lease lapse, in which case this one restarts it."""
         while True:
-            outcome, attempt = self._retrying(lambda: self.store.start(
+            claim = self._retrying(lambda: self.store.start(
                 job_id, self.worker_name, self.settings.max_attempts, self.lease_ttl_s))
-            if outcome != "duplicate":
-                return outcome, attempt
+            if claim.outcome is not Claimed.DUPLICATE:
+                return claim
             time.sleep(self.settings.heartbeat_s)
 
     def _generate(self, job_id: str, attempt: int, record: dict) -> dict:
@@ -179,11 +184,12 @@ class JobRunner:
                            completion_tokens=progress.completion_tokens,
                            batch_size_max=progress.batch_size_max, error=error)
         cache_key = record.get("cache_key")
-        if status is JobStatus.SUCCEEDED and cache_key and result["status"] == status.value:
-            self.store.cache_put(cache_key, {
+        if self.cache is not None and status is JobStatus.SUCCEEDED and cache_key \
+                and result["status"] == status.value:
+            self.cache.put(cache_key, {
                 "text": progress.text, "finish_reason": out.finish_reason,
                 "prompt_tokens": progress.prompt_tokens, "completion_tokens": progress.completion_tokens,
-            }, self.settings.cache_ttl_s)
+            })
         return result
 
     def _stop_if_due(self, job_id: str, progress: _Progress, deadline: float | None) -> None:
@@ -226,7 +232,7 @@ class JobRunner:
             if not progress.pending:
                 return False
             delta = progress.unconfirmed = progress.pending
-            written = self.store.append_chunk(
+            written = self.log.append_chunk(
                 job_id, attempt, {"index": progress.chunks, "text": delta}, text=progress.text + delta,
                 completion_tokens=progress.completion_tokens, batch_size_max=progress.batch_size_max)
         except redis.RedisError as exc:
@@ -238,21 +244,21 @@ class JobRunner:
             progress.buffering = True
             return False
         progress.unconfirmed = None
-        if not written:
+        if written is ChunkWrite.SUPERSEDED:
             raise Superseded(job_id)
-        if written == 2:  # that index is already in the log: settle it on the next write
+        if written is ChunkWrite.ALREADY_WRITTEN:  # settle it on the next write
             progress.unconfirmed = delta
             return False
         if progress.buffering:
             log.info("job %s: Redis is back; buffered text written", job_id, extra={"job_id": job_id})
             progress.buffering = False
         self._confirm(progress, delta)
-        progress.cancel_asked = progress.cancel_asked or written == 3
+        progress.cancel_asked = progress.cancel_asked or written is ChunkWrite.WRITTEN_CANCEL_ASKED
         return True
 
     def _settle_unconfirmed(self, job_id: str, progress: _Progress) -> None:
         """Whether the chunk whose reply was lost landed: the job counts the chunks written."""
-        if self.store.chunks_written(job_id) > progress.chunks:
+        if self.log.chunks_written(job_id) > progress.chunks:
             self._confirm(progress, progress.unconfirmed)
         progress.unconfirmed = None
 
@@ -269,7 +275,7 @@ class JobRunner:
         ended = self._retrying(lambda: self.store.finish(job_id, status, attempt=attempt, **fields))
         if ended is not None:
             for ended_id in ended:
-                self._retrying(lambda: self.store.publish_done(ended_id))
+                self._retrying(lambda: self.log.publish_done(ended_id))
             if self.metrics:
                 self.metrics.job_finished(status.value)
             log.info("job %s %s (%s)", job_id, status.value, fields.get("finish_reason"),

@@ -14,12 +14,9 @@ import time
 import redis
 import torch
 
-from common.jobs import JobStore
-from common.keys import Keys
 from common.models import ModelRef, resolve_model
-from common.redis_client import redis_client
 from common.settings import Settings
-from common.webhooks import Webhooks, job_webhook_hook
+from common.stores import Stores
 from worker.engine.loop import EngineLoop
 from worker.engine.registry import build_engine, choose_engine
 from worker.metrics import WorkerMetrics
@@ -38,12 +35,9 @@ class WorkerRuntime:
         self.loop = loop
         self.engine_kind = engine_kind
         self.name = f"{socket.gethostname()}:{os.getpid()}"
-        self.keys = Keys(settings.namespace)
-        self.redis = redis_client(settings, decode_responses=True, health_check_interval=30,
-                                  socket_connect_timeout=5, socket_timeout=10)
         # webhooks are only queued here (for `python -m worker.control`): generation never waits
-        self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen,
-                              on_event=job_webhook_hook(Webhooks(settings, self.redis)))
+        self.stores = Stores(settings)
+        self.keys, self.redis, self.store = self.stores.keys, self.stores.redis, self.stores.store
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
         self.leases = Leases(self.store, self.name, lease_ttl(settings))
@@ -71,7 +65,7 @@ class WorkerRuntime:
         leaves when its heartbeat goes stale)."""
         self._stopping.set()
         try:
-            self.store.forget_worker(self.name)
+            self.stores.registry.forget(self.name)
         except redis.RedisError as exc:
             log.warning("could not sign off: %s", exc)
 
@@ -103,7 +97,7 @@ class WorkerRuntime:
             info["prefix_cache"] = {"hit_rate": round(prefix.stats.hit_rate, 4), "blocks": len(prefix),
                                     "hit_tokens": prefix.stats.hit_tokens,
                                     "queried_tokens": prefix.stats.queried_tokens}
-        self.store.heartbeat(info, ttl_s=max(3, int(3 * self.settings.heartbeat_s)))
+        self.stores.registry.heartbeat(info, ttl_s=max(3, int(3 * self.settings.heartbeat_s)))
         self.leases.renew()  # keep the jobs (and broker messages) this worker holds
         self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
 

@@ -15,7 +15,7 @@ def job_runner() -> JobRunner:
     if _job_runner is None:
         rt = get_runtime()
         _job_runner = JobRunner(rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics,
-                                meter=rt.meter)
+                                meter=rt.meter, cache=rt.stores.cache)
     return _job_runner
 
 

@@ -1,0 +1,19 @@
+-- The fair queue's steps inside job scripts (common/fair_queue.py).
+
+-- A new job joins its key's list; a key that becomes active joins at the level's virtual clock,
+-- never below its own last finish tag.
+local function fair_enqueue(owners, list, meta, owner, cost, job_id)
+  redis.call('RPUSH', list, job_id)
+  redis.call('HSET', meta, 'cost:' .. owner, cost)
+  if not redis.call('ZSCORE', owners, owner) then
+    local clock = tonumber(redis.call('HGET', meta, 'clock') or '0')
+    local finish = tonumber(redis.call('HGET', meta, 'finish:' .. owner) or '0')
+    redis.call('ZADD', owners, math.max(clock, finish), owner)
+  end
+end
+
+-- A job leaves its fair list wherever it is (cancel, expiry, a finish while queued).
+local function fair_remove(job_key, job_id)
+  local list = redis.call('HGET', job_key, 'fair_list')
+  if list then redis.call('LREM', list, 0, job_id) end
+end
