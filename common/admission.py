@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import ContextManager
 
-from common.celery_app import TASK_GENERATE, task_options
+from common.celery_app import TASK_TICKET, task_options
 from common.errors import ApiError
 from common.eta import WorkerLoad, retry_after
 from common.models import ModelRef, ModelUnavailable, resolve_model
@@ -166,7 +166,7 @@ class Admission:
         if spare:
             options["task_id"] = uuid.uuid4().hex
         try:
-            self.stores.celery.send_task(TASK_GENERATE, args=[job_id, fields["model"]], queue=fields["queue"],
+            self.stores.celery.send_task(TASK_TICKET, args=[job_id, fields["model"]], queue=fields["queue"],
                                          **options)
         except Exception:
             if not spare:

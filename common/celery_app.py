@@ -11,7 +11,8 @@ from common.redis_client import broker_url, sentinel_transport_options
 from common.schemas import PRIORITY_LEVELS
 from common.settings import Settings, get_settings
 
-TASK_GENERATE = "llmq.generate"
+TASK_TICKET = "llmq.ticket"  # a ticket for a model's fair queue (worker/tasks.py)
+TASK_TICKET_BEFORE_RENAME = "llmq.generate"  # the ticket's name before it was renamed; still consumed
 TASK_DELIVER_WEBHOOK = "llmq.webhook.deliver"  # consumed by `python -m worker.control`
 
 
@@ -39,11 +40,12 @@ def make_celery(settings: Settings, consumer: bool = False) -> Celery:
     That unsubscribe retries its reconnect for minutes while Redis is unreachable, in whichever
     thread the collector happens to run, a request thread included.
     """
+    keys = Keys(settings.namespace)
     transport = {
         "visibility_timeout": settings.visibility_timeout_s,
         "unacked_restore_interval": settings.broker_restore_interval_s,
         "unacked_restore_throttle": 1,
-        "global_keyprefix": Keys(settings.namespace).broker_prefix,
+        "global_keyprefix": keys.broker_prefix,
         "queue_order_strategy": "priority",
         "priority_steps": sorted(set(PRIORITY_LEVELS.values())),
         **sentinel_transport_options(settings),
@@ -65,8 +67,8 @@ def make_celery(settings: Settings, consumer: bool = False) -> Celery:
         accept_content=["json"],
         worker_send_task_events=True,
         task_send_sent_event=True,
-        control_exchange=f"{settings.namespace}.control",
-        event_exchange=f"{settings.namespace}.events",
+        control_exchange=keys.control_exchange,
+        event_exchange=keys.event_exchange,
         worker_hijack_root_logger=False,
     )
     if consumer:

@@ -1,7 +1,7 @@
 """How llmq's Celery app talks to Redis, against a real Redis."""
 import redis
 
-from common.celery_app import make_celery
+from common.celery_app import TASK_TICKET, TASK_TICKET_BEFORE_RENAME, make_celery
 from common.keys import Keys
 from tests.conftest import cleanup_namespace, make_settings
 
@@ -20,3 +20,12 @@ def test_sending_a_task_subscribes_the_sender_to_nothing():
         assert client.pubsub_channels(f"*{result.id}*") == []
     finally:
         cleanup_namespace(settings)
+
+
+def test_a_ticket_sent_under_the_task_name_before_the_rename_still_runs():
+    """Messages an older API queued as `llmq.generate` may wait through an upgrade: the worker
+    consumes them as tickets too."""
+    from worker.tasks import app, run_ticket
+
+    for name in (TASK_TICKET, TASK_TICKET_BEFORE_RENAME):
+        assert app.tasks[name].run.__func__ is run_ticket

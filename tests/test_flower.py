@@ -1,4 +1,4 @@
-"""Flower against the test broker: it sees the live worker, the completed `llmq.generate` tasks
+"""Flower against the test broker: it sees the live worker, the completed `llmq.ticket` tasks
 with meaningful arguments (job id, model) and no prompt text, the queue's depth, and with
 `private_task_events` no job id at all."""
 import json
@@ -90,7 +90,7 @@ def test_flower_sees_worker_tasks_and_no_prompt_text(flower, live_api, worker, s
     assert secret_a not in dump and secret_b not in dump  # prompts never travel in the broker
 
     task = tasks[plain["id"]]  # default: the task id is the job id
-    assert task["name"] == "llmq.generate" and task["state"] == "SUCCESS"
+    assert task["name"] == "llmq.ticket" and task["state"] == "SUCCESS"
     assert task["args"] == repr([plain["id"], "SmolLM2-135M-Instruct"])
     assert "succeeded" in task["result"] and task["worker"] == name
 

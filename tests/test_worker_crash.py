@@ -13,7 +13,7 @@ import pytest
 import requests
 
 from api import create_app
-from common.celery_app import TASK_GENERATE, make_celery
+from common.celery_app import TASK_TICKET, make_celery
 from common.sseclient import iter_sse
 from tests.conftest import LiveServer, cleanup_namespace, make_settings, wait_for_job
 
@@ -139,7 +139,7 @@ def test_a_live_workers_job_is_not_redelivered_however_long_it_holds_it(stack, m
     # "elsewhere" took the job with this message (ticket) and holds it; the message comes back
     assert store.fair.pick(queue, job_id) == (job_id, "picked")
     assert store.start(job_id, "elsewhere", max_attempts=3, lease_ttl_s=2) == ("start", 1)
-    make_celery(stack.settings).send_task(TASK_GENERATE, args=[job_id, model_ref.name], task_id=job_id,
+    make_celery(stack.settings).send_task(TASK_TICKET, args=[job_id, model_ref.name], task_id=job_id,
                                           queue=queue)
     ages, watch_until = [], time.monotonic() + 3 * VISIBILITY_S
     while time.monotonic() < watch_until:
@@ -152,7 +152,7 @@ def test_a_live_workers_job_is_not_redelivered_however_long_it_holds_it(stack, m
     # the holder vanishes: its lease lapses and the waiting copy takes the job over
     final = wait_for_job(stack.url, job_id, timeout=300)
     assert final["status"] == "succeeded" and final["attempts"] == 2
-    assert stack.worker.log_path.read_text().count(f"llmq.generate[{job_id}] received") == 1
+    assert stack.worker.log_path.read_text().count(f"llmq.ticket[{job_id}] received") == 1
 
 
 def test_a_job_that_keeps_killing_workers_is_failed_not_retried_forever(stack):

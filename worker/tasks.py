@@ -1,7 +1,8 @@
-"""Celery glue: the one task, `llmq.generate(job_id, model)`, handing the job to the runtime."""
+"""Celery glue: the one task, `llmq.ticket(job_id, model)`, a ticket for the model's fair queue
+that the worker's job runner turns into a job run."""
 from __future__ import annotations
 
-from common.celery_app import TASK_GENERATE, make_celery
+from common.celery_app import TASK_TICKET, TASK_TICKET_BEFORE_RENAME, make_celery
 from common.settings import get_settings
 from worker.job_runner import JobRunner
 from worker.runtime import get_runtime
@@ -19,8 +20,7 @@ def job_runner() -> JobRunner:
     return _job_runner
 
 
-@app.task(name=TASK_GENERATE, bind=True, acks_late=True, reject_on_worker_lost=True)
-def generate(self, job_id: str, model: str) -> dict:
+def run_ticket(self, job_id: str, model: str) -> dict:
     """A ticket for the model's fair queue: run the fairest queued job now that a slot is free
     (`job_id` is the job admitted with this message; another key's job may be fairer, and the
     worker's log names the one that ran). The arguments carry no prompt text: the job record holds
@@ -28,3 +28,10 @@ def generate(self, job_id: str, model: str) -> dict:
     `private_task_events` stays private."""
     result = job_runner().run_ticket(self.request.id, get_runtime().queue)
     return {"status": result["status"], "finish_reason": result.get("finish_reason")}
+
+
+_OPTIONS = {"bind": True, "acks_late": True, "reject_on_worker_lost": True}
+ticket = app.task(name=TASK_TICKET, **_OPTIONS)(run_ticket)
+# Tickets an API sent before the rename may still wait on the queue (or come back unacked after an
+# upgrade restarts the workers): they run the same way, so none of their jobs is left waiting.
+ticket_before_rename = app.task(name=TASK_TICKET_BEFORE_RENAME, **_OPTIONS)(run_ticket)
