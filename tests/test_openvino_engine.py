@@ -78,7 +78,9 @@ def test_a_model_openvino_cannot_serve_falls_back_to_the_hf_engine(model_ref, tm
 
 
 def test_a_prompt_longer_than_the_kv_cache_fails_alone(model_ref, prompts):
-    engine, info = build(model_ref, kv_cache_mb=2)  # two blocks of 32 tokens
+    # A float32 KV cache of 4 MB holds two blocks of 32 tokens: room for the short prompt, not the long one.
+    engine, info = build(model_ref, kv_cache_mb=4, dtype="float32")
+    assert len(prompts[0]) + 4 <= info["kv_capacity_tokens"]
     long_prompt = prompts[0] * (info["kv_capacity_tokens"] // len(prompts[0]) + 1)
     with pytest.raises(ValueError, match="KV cache"):
         engine.add_request(EngineRequest("long", long_prompt, Sampling(max_tokens=4)))

@@ -1,10 +1,13 @@
 """A real worker on the OpenVINO engine (the CPU default), end to end: what it reports, an OpenAI
-stream with a json_schema, and kill -9 (its core process goes too, and the job is redelivered).
+stream with a json_schema, kill -9 (its core process goes too, and the job is redelivered), and a
+SIGTERM to all its processes (the running job finishes first).
 The rest of the end-to-end suite (SSE resume, cancel, coalescing...) runs on this engine too,
 since it is the default wherever openvino-genai is installed."""
 from __future__ import annotations
 
 import json
+import signal
+import time
 
 import pytest
 import requests
@@ -62,3 +65,27 @@ def test_kill_9_leaves_no_core_process_and_the_job_is_redelivered(ov_stack, star
     start_worker(settings)  # the next worker takes the job over
     final = wait_for_job(url, job["id"], timeout=300)
     assert final["status"] == "succeeded" and final["attempts"] == 2, final
+
+
+def test_sigterm_to_the_worker_and_its_core_lets_the_running_job_finish(ov_stack, start_worker):
+    """What a process manager does to stop a worker (compose, systemd, Ctrl-C): SIGTERM to every
+    process of it. The core rides it out, the worker's warm shutdown finishes the running job, and
+    the worker exits cleanly, taking its core with it (no false 'core died' exit)."""
+    import psutil
+
+    settings, _, url = ov_stack
+    worker = start_worker(settings)
+    job = submit(url, **COUNTING)
+    deadline = time.monotonic() + 120
+    while requests.get(f"{url}/v1/jobs/{job['id']}", timeout=10).json()["text"] == "":
+        assert time.monotonic() < deadline, "the job did not start"
+        time.sleep(0.1)
+    everyone = [psutil.Process(worker.proc.pid), *psutil.Process(worker.proc.pid).children(recursive=True)]
+    for process in everyone:
+        process.send_signal(signal.SIGTERM)
+    assert worker.proc.wait(120) == 0, worker.log_path.read_text()[-3000:]
+    _, alive = psutil.wait_procs(everyone, timeout=20)
+    assert not alive
+    final = requests.get(f"{url}/v1/jobs/{job['id']}", timeout=10).json()
+    assert final["status"] == "succeeded" and final["attempts"] == 1, final
+    assert "CRITICAL" not in worker.log_path.read_text()

@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
                          "--task-events", "--without-gossip", "--without-mingle"])
     finally:  # a clean shutdown (its jobs done or handed back): gone from /health at once
         runtime.sign_off()
+        runtime.close()
 
 
 if __name__ == "__main__":

@@ -69,6 +69,10 @@ class WorkerRuntime:
         except redis.RedisError as exc:
             log.warning("could not sign off: %s", exc)
 
+    def close(self) -> None:
+        """After the last job: the engine lets go of what it holds outside this process."""
+        self.loop.engine.close()
+
     def _heartbeat_forever(self) -> None:
         while not self._stopping.is_set():
             try:

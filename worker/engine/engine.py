@@ -89,6 +89,9 @@ class LLMEngine:
     def on_ready(self, wake) -> None:
         """Nothing to announce: this engine is always ready."""
 
+    def close(self) -> None:
+        """Nothing outlives the process: the model is in it."""
+
     # --- the step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         outputs = self.processor.take_cancelled()

@@ -21,6 +21,7 @@ take, ("failed", message) when a step raised. `reason` is None while a request r
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -32,7 +33,14 @@ log = logging.getLogger(__name__)
 
 
 def run_core(source: Path, model_dir: Path, settings, conn: Connection) -> None:
-    """The child's main loop (target of a spawned process; ends when the pipe closes)."""
+    """The child's main loop (target of a spawned process; ends when the pipe closes).
+
+    The core ignores SIGTERM and SIGINT: a process manager stopping the worker signals its whole
+    group (compose, systemd, Ctrl-C), and a core that died at once would cut the worker's warm
+    shutdown short with the jobs it is finishing. The core ends when the worker closes the pipe,
+    or with the worker itself (child_hygiene binds it with PDEATHSIG, SIGKILL)."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
         from worker.engine.openvino_engine import build_pipeline, eos_token_ids
 

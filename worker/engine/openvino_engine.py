@@ -165,6 +165,7 @@ class OpenVINOEngine:
         """Start the core on `source` (a GGUF file or an IR folder); RuntimeError if it cannot
         load it. The core dies with this process (`child_hygiene`), SIGKILL included."""
         import multiprocessing
+        import multiprocessing.util
 
         from worker.engine.openvino_core import run_core
 
@@ -184,7 +185,16 @@ class OpenVINOEngine:
             raise RuntimeError(detail)
         info = {**info, **detail, "load_s": round(time.monotonic() - started, 2)}
         log.info("OpenVINO pipeline ready on %s in %.1f s: %s", source, info["load_s"], info)
-        return cls(process, conn, load_tokenizer(model_dir), info)
+        engine = cls(process, conn, load_tokenizer(model_dir), info)
+        # A process that exits without closing its engine (a test, a bench) must still end its core,
+        # which ignores SIGTERM: `close` has to run before multiprocessing's exit handler joins the
+        # core. atexit runs the last registered first, but multiprocessing moves its handler last
+        # again the first time anything calls `multiprocessing.util.get_logger()`; calling it first
+        # makes that move happen now. (Celery's logging set-up registers billiard's exit handler
+        # after this one too, which is why a worker closes its engine itself: worker/__main__.py.)
+        multiprocessing.util.get_logger()
+        atexit.register(engine.close)
+        return engine
 
     # --- requests -------------------------------------------------------------------------
     def add_request(self, request: EngineRequest) -> None:
@@ -274,7 +284,11 @@ class OpenVINOEngine:
             self._wake()
 
     def close(self) -> None:
-        """Stop the core (tests build several engines; a worker's core ends with the worker)."""
+        """Stop the core: the worker calls this once its jobs are done. The core ignores SIGTERM
+        (openvino_core.run_core), so without it multiprocessing's exit handler, which terminates
+        daemonic children and joins them, would wait for the core forever."""
+        if self.conn.closed:
+            return
         self._closing = True
         try:
             self.conn.send(("close",))

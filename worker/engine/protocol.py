@@ -57,6 +57,10 @@ class Engine(Protocol):
     def step(self) -> list[RequestOutput]:
         """One step: each advanced request's new text, and the end of those that finished."""
 
+    def close(self) -> None:
+        """Release what the engine holds outside this process, once the worker has finished its
+        jobs (the OpenVINO core process; the others hold nothing that outlives them)."""
+
 
 class EngineUnavailable(RuntimeError):
     """This engine cannot serve this model here; the registry falls back to the HF engine."""

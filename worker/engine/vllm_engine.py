@@ -165,6 +165,9 @@ class VLLMEngine:
         its outputs queue; without it, `step` blocks until the outputs come)."""
         return self._outputs_queue is not None and self._outputs_queue.empty()
 
+    def close(self) -> None:
+        """vLLM ends its engine core itself when the worker exits (child_hygiene binds it too)."""
+
     # --- the step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         outputs = self.processor.take_cancelled()
