@@ -18,7 +18,7 @@ from api.files_api import file_or_404, owned_or_404, owner_id, page_limit
 from api.jobs import json_body
 from api.openai_api import openai_error
 from api.services import services
-from common.batches import CANCELLABLE, batch_object, kick
+from common.batches import CANCELLABLE, BatchStatus, batch_object, kick
 from common.webhooks import WebhookUrlError, validate_webhook_url
 
 bp = Blueprint("batches", __name__, url_prefix="/v1/batches")
@@ -110,11 +110,11 @@ def list_batches():
 def cancel(batch_id: str):
     svc = services()
     record = batch_or_404(batch_id)
-    if svc.batches.transition(batch_id, CANCELLABLE, "cancelling", cancelling_at=int(time.time())):
+    if svc.batches.transition(batch_id, CANCELLABLE, BatchStatus.CANCELLING, cancelling_at=int(time.time())):
         kick(svc.redis, svc.celery, svc.keys, batch_id)
     else:
         status = (svc.batches.get(batch_id) or record)["status"]
-        if status != "cancelling":  # cancelling again is fine; an ended batch cannot be cancelled
+        if status != BatchStatus.CANCELLING:  # cancelling again is fine; an ended batch cannot be cancelled
             raise ApiError(409, "batch_not_cancellable", f"Cannot cancel a batch with status {status!r}")
     return jsonify(shown(svc.batches.get(batch_id)))
 

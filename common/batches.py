@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import time
 import uuid
+from enum import Enum
 from typing import TYPE_CHECKING, Any
 
 import redis
@@ -29,8 +30,26 @@ from common.lua import script
 if TYPE_CHECKING:
     from common.webhooks import Webhooks
 
-TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
-CANCELLABLE = ("validating", "in_progress")
+
+
+class BatchStatus(str, Enum):
+    """A batch's status, OpenAI's words. A str, so Redis fields and JSON see the word."""
+
+    VALIDATING = "validating"
+    FAILED = "failed"
+    IN_PROGRESS = "in_progress"
+    FINALIZING = "finalizing"
+    COMPLETED = "completed"
+    EXPIRED = "expired"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+TERMINAL = frozenset({BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.EXPIRED, BatchStatus.CANCELLED})
+CANCELLABLE = (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS)
 TASK_BATCH_ADVANCE = "llmq.batch.advance"
 _TIMESTAMPS = ("created_at", "in_progress_at", "expires_at", "finalizing_at", "completed_at",
                "failed_at", "expired_at", "cancelling_at", "cancelled_at")
@@ -84,7 +103,7 @@ class BatchStore:
     def create(self, owner: str | None, fields: dict[str, Any]) -> dict[str, Any]:
         batch_id = f"batch_{uuid.uuid4().hex}"
         owner = owner or ANONYMOUS
-        record = {**fields, "id": batch_id, "owner": owner, "status": "validating",
+        record = {**fields, "id": batch_id, "owner": owner, "status": BatchStatus.VALIDATING,
                   "total": 0, "completed": 0, "failed": 0, "input_tokens": 0, "output_tokens": 0}
         pipe = self.r.pipeline(transaction=True)
         pipe.hset(self.keys.batch(batch_id), mapping=_encode(record))
@@ -99,6 +118,7 @@ class BatchStore:
         if not raw:
             return None
         record: dict[str, Any] = dict(raw)
+        record["status"] = BatchStatus(record["status"])
         for name in _INTS:
             if name in record:
                 record[name] = int(float(record[name]))
@@ -111,7 +131,8 @@ class BatchStore:
         """An owner's batches, newest first, starting after batch `after`; (batches, has_more)."""
         return page_of_index(self.r, self.keys.batches_of(owner or ANONYMOUS), self.get, after, limit)
 
-    def transition(self, batch_id: str, allowed: tuple[str, ...], status: str, **fields: Any) -> bool:
+    def transition(self, batch_id: str, allowed: tuple[BatchStatus, ...], status: BatchStatus,
+                   **fields: Any) -> bool:
         """Move to `status` only from one of `allowed`; True if this call made the change."""
         return self._transition(keys=[self.keys.batch(batch_id)],
                                 args=[",".join(allowed), status, *_flat(_encode(fields))]) == 1

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from common.admission import Admission
 from common.api_keys import load_keys
 from common.batch_lines import ENDPOINTS, PreparedLine, check_file, result_of, stopped
-from common.batches import TERMINAL, line_job_id, on_batch_ended
+from common.batches import TERMINAL, BatchStatus, line_job_id, on_batch_ended
 from common.schemas import JobStatus
 
 log = logging.getLogger(__name__)
@@ -48,19 +48,20 @@ class BatchRunner:
             return True
         self.batches.update(batch_id, advanced_at=time.time())
         status = batch["status"]
-        if status in ("validating", "in_progress") and time.time() >= batch["expires_at"]:
-            return self._stop(batch, "batch_expired", "expired", grace_s=0)
-        if status == "validating":
+        if status in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS) and time.time() >= batch["expires_at"]:
+            return self._stop(batch, "batch_expired", BatchStatus.EXPIRED, grace_s=0)
+        if status == BatchStatus.VALIDATING:
             self._validate(batch, renew)
-        elif status == "in_progress":
+        elif status == BatchStatus.IN_PROGRESS:
             self._collect(batch, renew)
             if not self.batches.pending(batch_id):
-                self.batches.transition(batch_id, ("in_progress",), "finalizing", finalizing_at=int(time.time()))
-        elif status == "cancelling":
-            return self._stop(batch, "batch_cancelled", "cancelled", self.settings.batch_cancel_grace_s)
+                self.batches.transition(batch_id, (BatchStatus.IN_PROGRESS,), BatchStatus.FINALIZING,
+                                        finalizing_at=int(time.time()))
+        elif status == BatchStatus.CANCELLING:
+            return self._stop(batch, "batch_cancelled", BatchStatus.CANCELLED, self.settings.batch_cancel_grace_s)
         status = self.batches.get(batch_id)["status"]
-        if status == "finalizing":
-            return self._finish(batch_id, "finalizing", "completed")
+        if status == BatchStatus.FINALIZING:
+            return self._finish(batch_id, BatchStatus.FINALIZING, BatchStatus.COMPLETED)
         return status in TERMINAL
 
     # --- validating ----------------------------------------------------------------------------
@@ -74,7 +75,7 @@ class BatchRunner:
         else:
             prepared, errors = check_file(self.admission, content, batch["endpoint"], batch["owner"], renew)
         if errors:
-            if self.batches.transition(batch_id, ("validating",), "failed", failed_at=int(time.time()),
+            if self.batches.transition(batch_id, (BatchStatus.VALIDATING,), BatchStatus.FAILED, failed_at=int(time.time()),
                                        errors={"object": "list", "data": errors}):
                 self._ended(batch_id)
             return
@@ -83,12 +84,12 @@ class BatchRunner:
         for n, line in enumerate(prepared):
             if n % 200 == 0:
                 renew()
-                if self.batches.get(batch_id)["status"] != "validating":
+                if self.batches.get(batch_id)["status"] != BatchStatus.VALIDATING:
                     return  # cancelled meanwhile: the cancelling step accounts for every line
             self.admission.admit_batch_line(line_job_id(batch_id, line.line), line.fields, line.digest,
                                             weight=weight, queued_key=self.batches.part(batch_id, "queued"),
                                             deadline=batch["expires_at"])
-        self.batches.transition(batch_id, ("validating",), "in_progress", in_progress_at=int(time.time()))
+        self.batches.transition(batch_id, (BatchStatus.VALIDATING,), BatchStatus.IN_PROGRESS, in_progress_at=int(time.time()))
 
     def _store_lines(self, batch_id: str, prepared: list[PreparedLine]) -> None:
         """Every line's prepared job and its place in `pending`, before any job is queued, so
@@ -172,7 +173,7 @@ class BatchRunner:
         return PreparedLine.loads(line, self.stores.redis.hget(self.batches.part(batch_id, "requests"), line))
 
     # --- stopping and ending -------------------------------------------------------------------
-    def _stop(self, batch: dict, ending: str, final: str, grace_s: float) -> bool:
+    def _stop(self, batch: dict, ending: str, final: BatchStatus, grace_s: float) -> bool:
         """Cancel the unfinished jobs; account for the lines that end or were never queued; after
         `grace_s`, account for the rest as stopped too; then write the files and end."""
         batch_id = batch["id"]
@@ -191,7 +192,7 @@ class BatchRunner:
             return False
         return self._finish(batch_id, batch["status"], final)
 
-    def _finish(self, batch_id: str, current: str, final: str) -> bool:
+    def _finish(self, batch_id: str, current: BatchStatus, final: BatchStatus) -> bool:
         """Write the output and error files (fixed ids: a retry rewrites the same files), then
         move to `final`; the one caller that makes that change also calls `on_batch_ended`."""
         batch = self.batches.get(batch_id)
