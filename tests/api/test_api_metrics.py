@@ -1,0 +1,49 @@
+"""The API's /metrics: Prometheus text that parses, with queue depth, jobs by status, cache
+lookups and request counts read from the real Redis (no worker: jobs stay queued)."""
+
+from api import create_app
+from tests.support.metrics import parse_metrics, value
+from tests.support.ports import free_port
+from tests.support.settings import make_settings
+
+CHAT = [{"role": "user", "content": "Hello there"}]
+
+
+def scrape(client) -> dict:
+    resp = client.get("/metrics")
+    assert resp.status_code == 200 and resp.content_type.startswith("text/plain")
+    return parse_metrics(resp.get_data(as_text=True))
+
+
+def test_queue_depth_jobs_by_status_cache_and_requests(api):
+    client, settings = api, api.settings
+    before = scrape(client)
+    queue = f"{settings.namespace}.smollm2-135m-instruct"
+    assert value(before, "llmq_queue_depth", queue=queue) == 0
+    assert value(before, "llmq_redis_up") == 1
+
+    ids = [client.post("/v1/jobs", json={"messages": CHAT, "max_tokens": 8, "temperature": 0,
+                                         "seed": n}).get_json()["id"] for n in range(3)]
+    client.post("/v1/jobs", json={"messages": CHAT, "temperature": 0.7})  # not cacheable: no lookup
+    client.post("/v1/jobs", json={"messages": []})  # 422
+    assert client.delete(f"/v1/jobs/{ids[0]}").status_code == 200
+
+    after = scrape(client)
+    assert value(after, "llmq_queue_depth", queue=queue) == 4  # messages wait in the broker
+    assert value(after, "llmq_jobs", status="queued") == 3  # the cancelled one left the queue
+    assert value(after, "llmq_jobs_finished_total", status="cancelled") == 1
+    assert value(after, "llmq_cache_lookups_total", result="miss") == 3
+    assert value(after, "llmq_cache_lookups_total", result="hit") == 0
+    assert value(after, "llmq_http_requests_total", method="POST", endpoint="jobs.create_job", status="202") == 4
+    assert value(after, "llmq_http_requests_total", method="POST", endpoint="jobs.create_job", status="422") == 1
+    assert value(after, "llmq_http_request_duration_seconds_count", endpoint="jobs.create_job") == 5
+    assert value(after, "llmq_workers_live") == 0
+
+
+def test_metrics_answer_with_redis_down(model_ref):
+    client = create_app(make_settings(redis_url=f"redis://127.0.0.1:{free_port()}/0")).test_client()
+    samples = scrape(client)
+    assert value(samples, "llmq_redis_up") == 0
+    assert client.get("/v1/jobs/x").status_code == 503  # and the request was still counted
+    assert value(scrape(client), "llmq_http_requests_total", method="GET", endpoint="jobs.get_job",
+                 status="503") == 1

@@ -1,0 +1,126 @@
+"""`/openapi.json` describes every route a user calls, and what the code builds fits it.
+
+The routes are the app's own URL map, method by method: a route added without its description (or
+a description left behind by a removed route) fails here. The few routes that are not the API are
+named, with why, in `NOT_API`. The second half checks objects made by the functions that make them
+(SSE events, OpenAI responses, files, batches) against the schemas the document gives them, and
+a live stream's events; the fuzz tests (tests/api/test_fuzz.py) check the live answers."""
+from __future__ import annotations
+
+import re
+
+import jsonschema
+import pytest
+
+from common.batches import batch_object
+from common.eta import Estimate, place_fields
+from common.files import file_object
+from common.openai_format import Surface, error_body
+from common.sseclient import iter_sse
+from tests.support.settings import fresh_namespace
+
+NOT_API = {
+    "/": "the web chat page (HTML)",
+    "/ui/config": "the chat page's own settings",
+    "/ui/static/<path:filename>": "the chat page's script and styles",
+    "/static/<path:filename>": "Flask's static folder",
+    "/metrics": "Prometheus metrics, for a scraper",
+}
+METHODS = {"get", "put", "post", "delete", "patch"}
+
+
+@pytest.fixture(scope="module")
+def settings():
+    with fresh_namespace(sse_heartbeat_s=0.2) as settings:
+        yield settings
+
+
+@pytest.fixture
+def spec(api):
+    resp = api.get("/openapi.json")
+    assert resp.status_code == 200
+    return resp.get_json()
+
+
+def openapi_path(rule: str) -> str:
+    """A Flask rule as an OpenAPI path: `/v1/models/<path:model>` -> `/v1/models/{model}`."""
+    return re.sub(r"<(?:[^:<>]+:)?([^<>]+)>", r"{\1}", rule)
+
+
+def test_every_route_a_user_calls_is_described_and_nothing_else(app, spec):
+    rules = list(app.url_map.iter_rules())
+    routes = {(openapi_path(rule.rule), method.lower()) for rule in rules if rule.rule not in NOT_API
+              for method in rule.methods - {"HEAD", "OPTIONS"}}
+    described = {(path, method) for path, item in spec["paths"].items() for method in item
+                 if method in METHODS}
+    assert sorted(routes - described) == [], "routes missing from /openapi.json"
+    assert sorted(described - routes) == [], "described, but no such route"
+    assert set(NOT_API) <= {rule.rule for rule in rules}, "NOT_API names a route that is gone"
+
+
+def test_the_job_stream_describes_each_event_queued_included(spec):
+    stream = spec["paths"]["/v1/jobs/{job_id}/events"]["get"]["responses"]["200"]["content"]
+    events = {e["properties"]["event"]["const"]: e["properties"]["data"]["contentSchema"]["$ref"]
+              for e in stream["text/event-stream"]["schema"]["oneOf"]}
+    assert events == {name: f"#/components/schemas/JobEvent{name.title()}"
+                      for name in ("chunk", "queued", "restart", "done")}
+    queued = spec["components"]["schemas"]["JobEventQueued"]
+    assert queued["required"] == ["queue_position"]
+    assert {"estimated_start", "estimated_finish"} <= set(queued["properties"])
+    for path in ("/v1/chat/completions", "/v1/completions"):  # OpenAI streams carry it as a comment
+        assert ": queued" in spec["paths"][path]["post"]["responses"]["200"]["description"]
+
+
+def fits(spec: dict, name: str, value) -> None:
+    """`value` is valid against component `name` (its $refs resolved within the document)."""
+    schema = {"$ref": f"#/components/schemas/{name}", "components": spec["components"]}
+    jsonschema.Draft202012Validator(schema).validate(value)
+
+
+RECORD = {"id": "0123abcd", "model": "m", "created_at": 1_700_000_000.5, "text": "Paris.",
+          "finish_reason": "stop", "prompt_tokens": 9, "completion_tokens": 3, "status": "succeeded"}
+
+
+@pytest.mark.parametrize("name, value", [
+    ("JobEventQueued", place_fields(0, None)),
+    ("JobEventQueued", place_fields(4, Estimate(start_in_s=2.5, finish_in_s=4.0))),
+    ("ChatCompletion", Surface(chat=True).response(RECORD)),
+    ("TextCompletion", Surface(chat=False).response(RECORD)),
+    ("ChatCompletionChunk", Surface(chat=True).chunk(RECORD, role=True)),
+    ("ChatCompletionChunk", {**Surface(chat=True).chunk(RECORD, text="Par"), "usage": None}),
+    ("ChatCompletionChunk", Surface(chat=True).usage_chunk(
+        RECORD, {"prompt_tokens": 9, "completion_tokens": 3, "total_tokens": 12})),
+    ("OpenAIError", error_body(404, "no such model", "model_not_found", "model")),
+    ("File", file_object({"id": "file-1", "bytes": 10, "created_at": 1, "filename": "in.jsonl",
+                          "purpose": "batch", "expires_at": 2})),
+    ("Batch", batch_object({"id": "batch_1", "endpoint": "/v1/chat/completions", "input_file_id": "file-1",
+                            "completion_window": "24h", "status": "in_progress", "created_at": 1,
+                            "in_progress_at": 2, "expires_at": 3, "total": 2, "completed": 1,
+                            "metadata": {"k": "v"}, "model": "m", "input_tokens": 5, "output_tokens": 6})),
+])
+def test_what_the_code_builds_fits_its_schema(spec, name, value):
+    fits(spec, name, value)
+
+
+def test_a_waiting_jobs_stream_sends_the_events_described(api, spec):
+    """No worker: the job waits, so its stream says where it is in line (`queued`); cancelled, it
+    ends with `done`. Each event's data fits the schema of its name."""
+    resp = api.post("/v1/jobs", json={"prompt": "Say yes.", "max_tokens": 1, "cache": False})
+    assert resp.status_code == 202, resp.get_data(as_text=True)
+    job_id = resp.get_json()["id"]
+    stream = api.get(f"/v1/jobs/{job_id}/events", buffered=False)
+    names = []
+    try:
+        lines = (line for chunk in stream.response for line in chunk.decode().split("\n"))
+        for event in iter_sse(lines):
+            names.append(event.event)
+            fits(spec, f"JobEvent{event.event.title()}", event.json())
+            if event.event == "queued" and names.count("queued") == 1:
+                assert event.json()["queue_position"] == 1
+                assert api.delete(f"/v1/jobs/{job_id}").status_code == 200
+            if event.event == "done":
+                assert event.json()["status"] == "cancelled"
+                break
+    finally:
+        stream.close()
+    assert names[0] == "queued" and names[-1] == "done", names

@@ -1,0 +1,158 @@
+"""The SSE relay sends the chunks it heard on the job's channel without reading them back from
+Redis, and reads the log for whatever it did not hear: what came before it followed, a gap in
+the chain of entry ids, an event announced without its content. Real Redis; the chunks are
+written by the same Lua script a worker uses."""
+import json
+import threading
+import time
+
+import pytest
+import redis
+
+from api.services import Services
+from api.sse import is_later, job_event_stream, stream_id
+from api.wakeups import JobWakeups
+from common.schemas import JobStatus
+from tests.support.scripted_jobs import queue_job
+from tests.support.settings import cleanup_namespace, make_settings
+
+
+@pytest.fixture
+def svc():
+    settings = make_settings()
+    yield Services(settings)
+    cleanup_namespace(settings)
+
+
+def running_job(svc) -> str:
+    job = queue_job(svc.store)
+    assert svc.store.start(job, "w1", max_attempts=2) == ("start", 1)
+    return job
+
+
+def count_log_reads(svc) -> list:
+    reads, read_events = [], svc.log.read_events
+    svc.log.read_events = lambda *args: reads.append(args) or read_events(*args)
+    return reads
+
+
+class Relay:
+    """`job_event_stream` consumed on a thread; `paused` holds it between two events."""
+
+    def __init__(self, svc, job, last_event_id=None):
+        self.events, self.paused = [], threading.Event()
+        self.paused.set()
+        self._stream = job_event_stream(svc, job, last_event_id)
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self):
+        for event in self._stream:
+            self.paused.wait()
+            self.events.append(event)
+            if event[1] == "done":
+                return
+
+    def wait_for(self, count, timeout=10):
+        deadline = time.monotonic() + timeout
+        while len([e for e in self.events if e[1] != "heartbeat"]) < count and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return [e for e in self.events if e[1] != "heartbeat"]
+
+    def join(self):
+        self._thread.join(10)
+        assert not self._thread.is_alive()
+
+
+def wait_until_heard(svc, job):
+    """The listener has subscribed (its first wake-up reached the relay following `job`)."""
+    deadline = time.monotonic() + 5
+    while not svc.wakeups.listening and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+
+
+def write_chunks(svc, job, texts, first_index=0):
+    for i, text in enumerate(texts, first_index):
+        assert svc.log.append_chunk(job, 1, {"index": i, "text": text}) == 1
+
+
+def finish(svc, job):
+    svc.store.finish(job, JobStatus.SUCCEEDED, attempt=1, finish_reason="stop")
+    svc.log.publish_done(job)
+
+
+def test_chunks_heard_on_the_channel_are_relayed_without_reading_the_log(svc):
+    job = running_job(svc)
+    reads = count_log_reads(svc)
+    relay = Relay(svc, job)
+    wait_until_heard(svc, job)
+    texts = [f"word{i} " for i in range(20)]
+    for i, text in enumerate(texts):
+        write_chunks(svc, job, [text], i)
+        time.sleep(0.01)
+    assert len(relay.wait_for(20)) == 20
+    finish(svc, job)
+    relay.join()
+    # the first pass (before anything was heard), the listener's wake-up once it has subscribed,
+    # and `done` (announced without content); reading back each chunk would be 20 more
+    assert len(reads) <= 3, reads
+    logged = svc.log.read_events(job)
+    assert relay.events == logged  # same ids, events and data as the log, in order, once each
+    assert [data["text"] for _, event, data in relay.events if event == "chunk"] == texts
+
+
+def test_a_relay_that_fell_behind_reads_the_gap_from_the_log_and_loses_nothing(svc):
+    svc.wakeups = JobWakeups(svc.redis, svc.keys, max_heard=3)
+    job = running_job(svc)
+    reads = count_log_reads(svc)
+    relay = Relay(svc, job)
+    wait_until_heard(svc, job)
+    write_chunks(svc, job, ["a "])
+    relay.wait_for(1)
+    relay.paused.clear()  # the client stops reading; the listener keeps only the last 3 heard
+    write_chunks(svc, job, ["b "], 1)
+    time.sleep(0.2)
+    before = len(reads)
+    write_chunks(svc, job, [f"{c} " for c in "cdefghij"], 2)
+    time.sleep(0.3)
+    relay.paused.set()
+    relay.wait_for(10)
+    finish(svc, job)
+    relay.join()
+    assert relay.events == svc.log.read_events(job)
+    assert "".join(data["text"] for _, event, data in relay.events if event == "chunk") == "a b c d e f g h i j "
+    assert len(reads) > before  # the entries the listener dropped were read from the log
+
+
+def test_chunks_before_the_relay_followed_and_after_last_event_id_come_from_the_log(svc):
+    job = running_job(svc)
+    write_chunks(svc, job, ["one ", "two ", "three "])
+    first_id = svc.log.read_events(job)[0][0]
+    relay = Relay(svc, job, last_event_id=first_id)
+    assert [data["text"] for _, _, data in relay.wait_for(2)] == ["two ", "three "]
+    write_chunks(svc, job, ["four "], 3)
+    relay.wait_for(3)
+    finish(svc, job)
+    relay.join()
+    assert relay.events == svc.log.read_events(job, first_id)
+
+
+def test_a_logged_chunk_is_announced_with_its_content_and_the_id_before_it(svc):
+    job = running_job(svc)
+    pubsub = redis.Redis.from_url(svc.settings.redis_url, decode_responses=True).pubsub()
+    pubsub.subscribe(svc.keys.channel(job))
+    assert pubsub.get_message(timeout=5)["type"] == "subscribe"
+    write_chunks(svc, job, ["x y", "z"])
+    messages = [pubsub.get_message(timeout=5)["data"] for _ in range(2)]
+    pubsub.close()
+    (id0, _, data0), (id1, _, data1) = svc.log.read_events(job)
+    assert messages == [f"0 {id0} chunk {json.dumps(data0)}", f"{id0} {id1} chunk {json.dumps(data1)}"]
+
+
+def test_stream_ids_compare_as_numbers_and_anything_else_is_refused():
+    assert is_later("1700000000000-10", "1700000000000-9") and is_later("10-0", "9")
+    assert not is_later("5-0", "5") and stream_id("0") == (0, 0)
+    for bad in ("", "abc", "-1", "1-", "1-2-3", "1 2"):
+        with pytest.raises(ValueError):
+            stream_id(bad)

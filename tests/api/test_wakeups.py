@@ -1,0 +1,78 @@
+"""The API's one pub/sub listener: it wakes exactly the relays following the job that grew, wakes
+every relay whenever it has (re)subscribed (what was published before was not heard), survives
+a Redis restart, and ends once nobody follows a job."""
+import time
+
+import pytest
+import redis
+
+from api.wakeups import JobWakeups
+from common.keys import Keys
+from tests.support.processes import PrivateRedis
+from tests.support.settings import cleanup_namespace, make_settings
+
+
+@pytest.fixture
+def keys():
+    settings = make_settings()
+    yield Keys(settings.namespace), redis.Redis.from_url(settings.redis_url, decode_responses=True)
+    cleanup_namespace(settings)
+
+
+def test_a_publish_wakes_the_followers_of_that_job_only(keys):
+    ns, client = keys
+    wakeups = JobWakeups(client, ns, linger_s=0.5, poll_s=0.1)
+    with wakeups.watch("a") as a1, wakeups.watch("a") as a2, wakeups.watch("b") as b:
+        assert a1.wait(5) and b.wait(5)  # woken once the listener has subscribed
+        for woken in (a1, a2, b):
+            woken.clear()
+        client.publish(ns.channel("a"), "chunk")
+        assert a1.wait(5) and a2.wait(5)
+        time.sleep(0.2)
+        assert not b.is_set()
+
+
+def test_the_listener_ends_when_nobody_follows_and_a_new_follower_starts_another(keys):
+    ns, client = keys
+    wakeups = JobWakeups(client, ns, linger_s=0.3, poll_s=0.05)
+    with wakeups.watch("a") as woken:
+        assert woken.wait(5) and wakeups.listening
+    deadline = time.monotonic() + 5
+    while wakeups.listening and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not wakeups.listening
+    with wakeups.watch("a") as woken:
+        assert woken.wait(5)  # the new listener's subscription wakes its relays
+        woken.clear()
+        client.publish(ns.channel("a"), "chunk")
+        assert woken.wait(5)
+
+
+def test_followers_are_woken_through_a_redis_restart(tmp_path):
+    private = PrivateRedis(tmp_path)
+    private.start()
+    try:
+        client = redis.Redis.from_url(private.url, decode_responses=True, socket_timeout=5)
+        ns = Keys("wake-test")
+        wakeups = JobWakeups(client, ns, poll_s=0.1)
+        with wakeups.watch("a") as woken:
+            assert woken.wait(5)
+            woken.clear()
+            private.stop()
+            assert woken.wait(5)  # the listener lost Redis: the relay must read (and fail) itself
+            private.start()
+            deadline = time.monotonic() + 10
+            while time.monotonic() < deadline:  # woken again once the listener has resubscribed
+                woken.clear()
+                if client.publish(ns.channel("a"), "chunk") and woken.wait(1):
+                    break
+            else:
+                pytest.fail("the listener did not come back after Redis restarted")
+            private.stop()
+            assert woken.wait(5)
+        deadline = time.monotonic() + 5  # Redis is away and nobody follows: the listener gives up
+        while wakeups.listening and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not wakeups.listening
+    finally:
+        private.stop()

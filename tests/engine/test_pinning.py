@@ -1,0 +1,122 @@
+"""CPU sets for pinned workers: each worker its own cores, all cores used, none shared; a vLLM
+worker's set split into service and compute cores, everything unbound kept off the compute ones,
+and the worker's own threads below the priority of vLLM's engine core."""
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.support import ROOT
+from worker.pinning import (confine_to, format_cpus, lower_priority, parse_cpus, service_and_compute,
+                            split_cpus)
+
+
+@pytest.mark.parametrize("cpus, workers", [(range(8), 3), (range(2), 2), ([0, 2, 4, 5, 6], 2), (range(16), 16)])
+def test_split_gives_disjoint_sets_covering_every_cpu(cpus, workers):
+    specs = split_cpus(set(cpus), workers)
+    sets = [parse_cpus(spec) for spec in specs]
+    assert len(sets) == workers and all(sets)
+    assert set().union(*sets) == set(cpus)
+    assert sum(map(len, sets)) == len(set(cpus))  # disjoint
+    assert max(map(len, sets)) - min(map(len, sets)) <= 1  # even
+
+
+def test_format_and_parse_round_trip():
+    assert format_cpus([5, 0, 1, 2, 7, 8]) == "0-2,5,7-8"
+    assert parse_cpus("0-2,5,7-8") == {0, 1, 2, 5, 7, 8}
+
+
+def test_more_workers_than_cpus_is_refused():
+    with pytest.raises(ValueError, match="cannot give 3 workers"):
+        split_cpus({0, 1}, 3)
+
+
+def test_cli_prints_one_set_per_worker_from_this_process_affinity():
+    out = subprocess.run([sys.executable, "-m", "worker.pinning", "1"], cwd=ROOT, check=True,
+                         capture_output=True, text=True).stdout.split()
+    assert out == [format_cpus(sorted(os.sched_getaffinity(0)))]
+
+
+def test_service_cores_come_first_and_one_core_always_computes():
+    assert service_and_compute({0, 1, 2, 3}, reserved=1) == ([0], [1, 2, 3])
+    assert service_and_compute({4, 5}, reserved=3) == ([4], [5])
+    assert service_and_compute({2, 3}, reserved=0) == ([2, 3], [2, 3])  # nothing reserved: all compute
+    assert service_and_compute({7}, reserved=1) == ([7], [7])
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs")
+def test_confine_moves_unbound_threads_to_the_service_cores_and_leaves_bound_ones():
+    service, compute = service_and_compute(os.sched_getaffinity(0), reserved=1)
+    code = "import threading, time; threading.Thread(target=time.sleep, args=(60,)).start(); time.sleep(60)"
+    floating = subprocess.Popen([sys.executable, "-c", code])
+    bound = subprocess.Popen(["taskset", "-c", str(compute[0]), sys.executable, "-c", code])
+    try:
+        deadline = time.monotonic() + 10
+        while len(os.listdir(f"/proc/{floating.pid}/task")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # its second thread has not started yet
+        assert confine_to(service, compute, [floating.pid, bound.pid]) >= 2
+        for tid in os.listdir(f"/proc/{floating.pid}/task"):
+            assert os.sched_getaffinity(int(tid)) == set(service)
+        for tid in os.listdir(f"/proc/{bound.pid}/task"):
+            assert os.sched_getaffinity(int(tid)) == {compute[0]}
+    finally:
+        floating.kill()
+        bound.kill()
+
+
+def pinning_cli(flag: str, **env: str) -> str:
+    return subprocess.run([sys.executable, "-m", "worker.pinning", flag], cwd=ROOT, capture_output=True,
+                          text=True, check=True, env={**os.environ, **env}).stdout.strip()
+
+
+def test_cli_prints_the_service_cores():
+    out = pinning_cli("--service", LLMQ_VLLM_CPU_RESERVED_CORES="1")
+    assert parse_cpus(out) == set(service_and_compute(os.sched_getaffinity(0), 1)[0])
+
+
+_TWO_THREADS = """
+import os, sys, threading, time
+threading.Thread(target=time.sleep, args=(60,), daemon=True).start()
+print('ready', flush=True)
+sys.stdin.readline()
+later = []
+thread = threading.Thread(target=lambda: later.append(os.getpriority(os.PRIO_PROCESS, 0)))
+thread.start(); thread.join()
+print(later[0], flush=True)
+"""
+
+
+def test_lower_priority_reaches_every_thread_and_the_threads_started_after():
+    proc = subprocess.Popen([sys.executable, "-c", _TWO_THREADS], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        tids = [int(t) for t in os.listdir(f"/proc/{proc.pid}/task")]
+        assert len(tids) == 2
+        assert lower_priority(proc.pid, 7) == 2
+        assert [os.getpriority(os.PRIO_PROCESS, tid) for tid in tids] == [7, 7]
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert proc.stdout.readline().strip() == "7"  # inherited from the thread that started it
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_lower_priority_never_raises_a_threads_priority():
+    proc = subprocess.Popen(["nice", "-n", "15", "sleep", "60"])
+    try:
+        deadline = time.monotonic() + 10
+        while os.getpriority(os.PRIO_PROCESS, proc.pid) != 15 and time.monotonic() < deadline:
+            time.sleep(0.05)  # `nice` has not exec'd `sleep` yet
+        assert lower_priority(proc.pid, 5) == 0
+        assert os.getpriority(os.PRIO_PROCESS, proc.pid) == 15
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_cli_prints_the_relay_niceness():
+    assert pinning_cli("--relay-nice", LLMQ_VLLM_RELAY_NICE="12") == "12"

@@ -1,0 +1,193 @@
+"""Redelivery, fencing, poison jobs, deadlines and Redis hiccups, driven in-process.
+
+The job runner runs against the real Redis with a scripted engine (no model), so each fault can
+be staged exactly: a second delivery, a lapsed lease, a stale attempt writing late, a deadline.
+"""
+import threading
+import time
+
+import pytest
+import redis
+
+from api import create_app
+from common.schemas import JobStatus
+from common.sseclient import iter_sse
+from tests.support.scripted_jobs import RUNNER_SETTINGS, events_of, make_runner, queue_job
+from tests.support.settings import fresh_namespace
+
+
+@pytest.fixture
+def settings():
+    """A fresh namespace per test (the `store` fixture's), with quick heartbeats and cancel polls."""
+    with fresh_namespace(**RUNNER_SETTINGS) as settings:
+        yield settings
+
+
+def test_redelivery_restarts_cleanly_and_the_stale_attempt_is_fenced_off(store, settings):
+    job = queue_job(store)
+    assert store.start(job, "w1", max_attempts=2) == ("start", 1)
+    assert store.log.append_chunk(job, 1, {"index": 0, "text": "stale "}, text="stale ")
+    # a second delivery while w1's lease lives is a duplicate and changes nothing
+    assert store.start(job, "w2", max_attempts=2) == ("duplicate", 1)
+    store.r.delete(store.keys.lease(job))  # w1 died: its lease lapses
+
+    job_runner, _ = make_runner(store, settings, {job: "fresh answer"})
+    result = job_runner.run(job)
+
+    record = store.get(job)
+    assert result["status"] == "succeeded" and record["status"] == "succeeded"
+    assert record["attempts"] == 2 and record["text"] == "fresh answer"
+    events = events_of(store, job)
+    assert events[0] == ("chunk", {"index": 0, "text": "stale "})
+    assert events[1] == ("restart", {"attempt": 2, "reason": "the previous attempt lost its worker"})
+    after = events[2:]
+    assert [d["index"] for e, d in after if e == "chunk"] == list(range(len(after) - 1))
+    assert "".join(d["text"] for e, d in after if e == "chunk") == "fresh answer"
+    assert after[-1][0] == "done" and after[-1][1]["status"] == "succeeded"
+    # the stale attempt wakes up: nothing it writes lands
+    assert not store.log.append_chunk(job, 1, {"index": 1, "text": "zombie"}, text="stale zombie")
+    assert not store.finish(job, JobStatus.FAILED, attempt=1, finish_reason="error")
+    assert store.get(job)["text"] == "fresh answer" and len(events_of(store, job)) == len(events)
+
+    # a fresh SSE replay shows only the surviving attempt, announced by its `restart`
+    client = create_app(settings).test_client()
+    replay = list(iter_sse(client.get(f"/v1/jobs/{job}/events").get_data(as_text=True).splitlines()))
+    assert [e.event for e in replay][0] == "restart"
+    assert "".join(e.json()["text"] for e in replay if e.event == "chunk") == "fresh answer"
+
+
+def test_a_duplicate_delivery_waits_for_the_live_owner_and_does_not_run_twice(store, settings):
+    job = queue_job(store)
+    assert store.start(job, "w1", max_attempts=2, lease_ttl_s=1) == ("start", 1)
+    job_runner, runner = make_runner(store, settings, {job: "never"})
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(job_runner.run(job)))
+    thread.start()
+    for _ in range(10):  # w1 stays alive and renews its lease, then finishes the job
+        time.sleep(0.1)
+        assert store.renew_lease(job, 1, "w1", 1)
+    assert thread.is_alive()  # still waiting behind the live owner
+    assert store.finish(job, JobStatus.SUCCEEDED, attempt=1, finish_reason="stop", text="done by w1")
+    thread.join(10)
+    assert result == {"job_id": job, "status": "succeeded"}
+    assert runner.calls == [] and store.get(job)["attempts"] == 1
+    assert not store.renew_lease(job, 1, "w1", 1)  # an ended job's lease is not renewed
+
+
+def test_a_job_that_keeps_losing_its_worker_is_failed_as_poison(store, settings):
+    job = queue_job(store)
+    for attempt in (1, 2):  # two deliveries, each worker dies mid-job
+        assert store.start(job, f"w{attempt}", max_attempts=2)[1] == attempt
+        store.r.delete(store.keys.lease(job))
+    job_runner, runner = make_runner(store, settings, {job: "never"}, name="w3")
+    assert job_runner.run(job)["status"] == "failed"
+    record = store.get(job)
+    assert record["status"] == "failed" and record["error"]["type"] == "poison_job"
+    assert "max_attempts=2" in record["error"]["message"] and runner.calls == []
+    assert events_of(store, job)[-1][1]["error"]["type"] == "poison_job"
+
+
+def test_a_job_past_its_run_deadline_stops_with_finish_reason_timeout(store, settings):
+    job = queue_job(store, max_tokens=500, run_timeout_s=0.4)
+    job_runner, _ = make_runner(store, settings, {job: "x" * 400 + "y"}, delay=0.01)
+    started = time.monotonic()
+    job_runner.run(job)
+    record = store.get(job)
+    assert record["status"] == "expired" and record["finish_reason"] == "timeout"
+    assert record["error"]["type"] == "run_timeout"
+    assert 0 < len(record["text"]) < 400 and set(record["text"]) == {"x"}  # partial text kept
+    assert time.monotonic() - started < 10
+    assert events_of(store, job)[-1][1]["finish_reason"] == "timeout"
+
+
+def test_a_cancel_is_learnt_from_the_chunk_writes_themselves(store, settings):
+    """While tokens flow, each chunk write reports a pending cancel: the job stops within a few
+    steps although the runner's own cancel poll (`cancel_poll_s`) is set far beyond the test."""
+    settings = settings.model_copy(update={"cancel_poll_s": 60})
+    job = queue_job(store, max_tokens=400)
+    job_runner, _ = make_runner(store, settings, {job: "x" * 400}, delay=0.01)
+    polls = []
+    job_runner.store.cancel_requested = lambda job_id: polls.append(job_id) or False
+    ran = threading.Thread(target=job_runner.run, args=(job,))
+    ran.start()
+    deadline = time.monotonic() + 10
+    while store.log.chunks_written(job) < 5 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert store.request_cancel(job) == "cancelling"
+    ran.join(timeout=10)
+    record = store.get(job)
+    assert not ran.is_alive() and record["status"] == "cancelled" and not polls
+    assert 5 <= record["completion_tokens"] < 400 and record["text"] == "x" * len(record["text"])
+
+
+def test_the_worker_refuses_a_job_that_waited_past_its_queue_deadline(store, settings):
+    job = queue_job(store, queue_deadline=time.time() - 1)
+    job_runner, runner = make_runner(store, settings, {job: "never"})
+    assert job_runner.run(job)["status"] == "expired"
+    record = store.get(job)
+    assert record["status"] == "expired" and record["finish_reason"] == "timeout"
+    assert record["error"]["type"] == "queue_timeout" and record.get("attempts", 0) == 0
+    assert runner.calls == [] and store.queue_depth() == 0
+    assert events_of(store, job)[-1][0] == "done"
+
+
+def test_redis_write_failures_are_buffered_and_nothing_is_lost(store, settings, monkeypatch):
+    job = queue_job(store)
+    real_append, failures = store.log.append_chunk, {"left": 5}
+
+    def flaky_append(*args, **kwargs):
+        if failures["left"] > 0:
+            failures["left"] -= 1
+            raise redis.ConnectionError("Redis is restarting")
+        return real_append(*args, **kwargs)
+
+    monkeypatch.setattr(store.log, "append_chunk", flaky_append)
+    job_runner, _ = make_runner(store, settings, {job: "all of this text arrives"}, delay=0.01)
+    job_runner.run(job)
+    assert_whole_answer(store, job, "all of this text arrives")
+
+
+def assert_whole_answer(store, job, text):
+    """The job succeeded with `text`, and its log holds that text once, in numbered chunks."""
+    record = store.get(job)
+    assert record["status"] == "succeeded" and record["text"] == text
+    chunks = [d for e, d in events_of(store, job) if e == "chunk"]
+    assert "".join(c["text"] for c in chunks) == text
+    assert [c["index"] for c in chunks] == list(range(len(chunks)))
+
+
+def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, settings, monkeypatch):
+    """Redis ran the append and went down before replying: the runner sees an error, but the
+    chunk is in the log. The next write must continue after it, not repeat it."""
+    job = queue_job(store)
+    real_append, lost = store.log.append_chunk, {"left": 3}
+
+    def append_then_lose_reply(*args, **kwargs):
+        result = real_append(*args, **kwargs)
+        if lost["left"] > 0:
+            lost["left"] -= 1
+            raise redis.ConnectionError("Connection closed by server")
+        return result
+
+    monkeypatch.setattr(store.log, "append_chunk", append_then_lose_reply)
+    job_runner, _ = make_runner(store, settings, {job: "every word exactly once"}, delay=0.01)
+    job_runner.run(job)
+    assert_whole_answer(store, job, "every word exactly once")
+
+
+def test_text_is_relayed_once_per_stream_interval_and_the_first_token_at_once(store, settings):
+    """60 decode steps of 10 ms: with a 200 ms interval their text reaches the log in a handful of
+    chunks, the first token alone; with no interval every step is a chunk of its own."""
+    text = "abcdefghij" * 6
+    chunk_counts = {}
+    for interval_ms in (200, 0):
+        job = queue_job(store, max_tokens=100)
+        job_runner, _ = make_runner(store, settings.model_copy(update={"stream_interval_ms": interval_ms}),
+                                    {job: text}, delay=0.01)
+        job_runner.run(job)
+        assert_whole_answer(store, job, text)
+        chunks = [d["text"] for e, d in events_of(store, job) if e == "chunk"]
+        assert chunks[0] in ("a", "ab")  # not held back for the interval
+        chunk_counts[interval_ms] = len(chunks)
+    assert 3 <= chunk_counts[200] <= 7
+    assert chunk_counts[0] >= 30

@@ -1,0 +1,22 @@
+"""Helpers the tests share (plain code; the fixtures are in tests/conftest.py).
+
+- settings.py: `make_settings` (a fresh key namespace on the test Redis), `fresh_namespace`,
+  `settings_env`, `cleanup_namespace`, the webhook signing secrets
+- waiting.py: `wait_until` a condition holds, `wait_for_job` to end
+- ports.py: `free_port`, `redis_port`
+- processes.py: a worker subprocess (`WorkerProcess`), a private redis-server (`PrivateRedis`),
+  `kill_9_mid_job`
+- servers.py: the API on a socket (`LiveServer`) and the `api` fixture's client (`ApiClient`)
+- jobs.py: a job through the jobs API over HTTP: `submit`, `read_stream`, `chunks_text`
+- scripted_jobs.py: jobs queued straight into the store and run in-process by the worker's job
+  runner on a scripted engine (no model)
+- fakes.py: the scripted engine parts (`ScriptedRunner`, `CharTokenizer`), `run_to_end`
+- engines.py: the engine contract's prompts, greedy `token_ids`
+- batches.py: batch input files and reading a batch's results over HTTP
+- metrics.py: Prometheus text parsed into samples
+- sse_subscriber.py: a thread subscribed to one job's SSE stream to its end
+- webhook_receiver.py: a real HTTP webhook receiver on 127.0.0.1
+"""
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]  # the repository
