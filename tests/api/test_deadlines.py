@@ -33,7 +33,7 @@ def test_a_job_queued_past_its_deadline_reads_as_expired_with_no_worker(make_api
     job = post(api, queue_timeout=0.3).get_json()  # the request may shorten the server's limit
     assert job["status"] == "queued" and job["queue_deadline"] == pytest.approx(job["created_at"] + 0.3)
     assert job["run_timeout_s"] == 600  # the server default
-    time.sleep(0.5)
+    time.sleep(0.5)  # the behaviour: its 0.3 s in the queue run out, no worker having come
     expired = api.get(f"/v1/jobs/{job['id']}").get_json()
     assert expired["status"] == "expired" and expired["finish_reason"] == "timeout"
     assert expired["error"]["type"] == "queue_timeout" and expired["finished_at"]
@@ -56,7 +56,7 @@ def test_expired_jobs_leave_the_queue_bound_even_if_nobody_reads_them(make_api):
     api = make_api(queue_timeout_s=0.5, max_queue=2)
     stale = [post(api).get_json()["id"] for _ in range(2)]
     assert post(api).status_code == 429
-    time.sleep(0.7)
+    time.sleep(0.7)  # the behaviour: both run past their 0.5 s deadline, unread
     fresh = post(api)  # admission sweeps the overdue jobs first
     assert fresh.status_code == 202
     store = api.application.extensions["llmq"].store
@@ -78,7 +78,7 @@ def test_records_and_token_logs_expire_after_the_ttl(make_api):
         assert api.get(f"/v1/jobs/{job_id}").status_code == 200
         assert 0 < store.r.ttl(store.keys.job(job_id)) <= 1
         assert 0 < store.r.ttl(store.keys.events(job_id)) <= 1
-    time.sleep(1.5)
+    time.sleep(1.5)  # the behaviour: the 1 s retention runs out
     for job_id in (cancelled, finished):
         assert api.get(f"/v1/jobs/{job_id}").status_code == 404
         assert api.get(f"/v1/jobs/{job_id}/events").status_code == 404

@@ -197,7 +197,7 @@ def test_a_batch_past_its_window_expires_with_batch_expired_lines(model_ref):
         file_id = upload(client, [chat_line(f"c{i}", "Hi") for i in range(3)]).get_json()["id"]
         batch_id = create(client, file_id).get_json()["id"]
         assert not BatchRunner(svc.admission).advance(batch_id)
-        time.sleep(1.2)
+        time.sleep(1.2)  # the behaviour: the batch's 1 s window runs out
         assert BatchRunner(svc.admission).advance(batch_id)
         state, lines = ended_lines(client, svc, batch_id)
         assert state["status"] == "expired" and state["expired_at"]

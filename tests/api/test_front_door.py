@@ -64,14 +64,18 @@ class GeventApi:
             self.proc.kill()
 
 
-async def read_stream(session: aiohttp.ClientSession, url: str, body: dict, timeout_s: float) -> dict:
-    """One streamed job, read to its `done`: when its headers came, its `queued` places, its end."""
+async def read_stream(session: aiohttp.ClientSession, url: str, body: dict, timeout_s: float,
+                      opened: list | None = None) -> dict:
+    """One streamed job, read to its `done`: when its headers came, its `queued` places, its end.
+    Once its headers have come, the stream is counted in `opened`."""
     sent = time.monotonic()
     seen = {"headers_s": None, "places": [], "done": None, "status": None}
 
     async def read():
         async with session.post(url, json=body) as resp:
             seen["headers_s"], seen["status"] = time.monotonic() - sent, resp.status
+            if opened is not None:
+                opened.append(url)
             event = None
             async for raw in resp.content:
                 line = raw.decode().rstrip("\n")
@@ -215,7 +219,7 @@ def gevent_stack(start_worker, tmp_path_factory):
 def test_500_streams_on_one_process_all_get_headers_promptly_and_complete(gevent_stack):
     api, _ = gevent_stack
     clients = 500
-    threads = []
+    threads, opened = [], []
 
     async def run():
         connector = aiohttp.TCPConnector(limit=0)
@@ -223,10 +227,13 @@ def test_500_streams_on_one_process_all_get_headers_promptly_and_complete(gevent
             async def one(i):
                 return await read_stream(session, f"{api.url}/v1/jobs", {
                     "prompt": f"Say hi to number {i} ({uuid.uuid4().hex[:6]}).", "max_tokens": 2,
-                    "stream": True}, timeout_s=240)
+                    "stream": True}, timeout_s=240, opened=opened)
 
-            async def count_threads():  # while the streams are open
-                await asyncio.sleep(2)
+            async def count_threads():  # once every stream is open (most still wait for a slot)
+                clock = asyncio.get_running_loop().time
+                deadline = clock() + 60
+                while len(opened) < clients and clock() < deadline:
+                    await asyncio.sleep(0.05)
                 threads.append(api.serving_process().num_threads())
             results = await asyncio.gather(*(one(i) for i in range(clients)), count_threads())
             return results[:-1]
@@ -260,7 +267,8 @@ def test_a_slow_reader_does_not_stall_other_streams(gevent_stack):
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     slow.connect(("127.0.0.1", int(api.url.rsplit(":", 1)[1])))
     slow.sendall(f"GET /v1/jobs/{big}/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
-    time.sleep(1)  # its write is now blocked
+    slow.settimeout(30)
+    slow.recv(1, socket.MSG_PEEK)  # the answer has begun: 8 MB cannot fit the socket buffers, its write blocks
 
     async def others():
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:

@@ -14,14 +14,20 @@ from api.sse import is_later, job_event_stream, stream_id
 from api.wakeups import JobWakeups
 from common.schemas import JobStatus
 from tests.support.scripted_jobs import queue_job
-from tests.support.settings import cleanup_namespace, make_settings
+from tests.support.settings import fresh_namespace
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
-def svc():
-    settings = make_settings()
-    yield Services(settings)
-    cleanup_namespace(settings)
+def settings():
+    """A fresh namespace per test: no listener of another test hears its channels."""
+    with fresh_namespace() as settings:
+        yield settings
+
+
+@pytest.fixture
+def svc(settings):
+    return Services(settings)
 
 
 def running_job(svc) -> str:
@@ -37,10 +43,11 @@ def count_log_reads(svc) -> list:
 
 
 class Relay:
-    """`job_event_stream` consumed on a thread; `paused` holds it between two events."""
+    """`job_event_stream` consumed on a thread; `paused` holds it between two events (`held`: the
+    one taken from the stream and not yet let through)."""
 
     def __init__(self, svc, job, last_event_id=None):
-        self.events, self.paused = [], threading.Event()
+        self.events, self.paused, self.held = [], threading.Event(), None
         self.paused.set()
         self._stream = job_event_stream(svc, job, last_event_id)
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -48,6 +55,7 @@ class Relay:
 
     def _run(self):
         for event in self._stream:
+            self.held = event
             self.paused.wait()
             self.events.append(event)
             if event[1] == "done":
@@ -64,12 +72,19 @@ class Relay:
         assert not self._thread.is_alive()
 
 
-def wait_until_heard(svc, job):
-    """The listener has subscribed (its first wake-up reached the relay following `job`)."""
-    deadline = time.monotonic() + 5
-    while not svc.wakeups.listening and time.monotonic() < deadline:
-        time.sleep(0.01)
-    time.sleep(0.2)
+def wait_until_subscribed(svc):
+    """The process's listener has subscribed to the namespace's job channels: from now on what is
+    published on them is heard. (Its probe, on a channel no relay watches, wakes nobody.)"""
+    wait_until(lambda: svc.redis.publish(svc.keys.channel("probe"), "probe") > 0, 5)
+
+
+def wait_until_all_heard(svc):
+    """The listener has handled everything published so far: messages reach it in order, so once
+    a probe published now has woken its watcher, whatever came before it has been heard."""
+    with svc.wakeups.watch("probe") as probe:
+        probe.clear()
+        assert svc.redis.publish(svc.keys.channel("probe"), "probe") > 0
+        assert probe.wait(5)
 
 
 def write_chunks(svc, job, texts, first_index=0):
@@ -86,11 +101,11 @@ def test_chunks_heard_on_the_channel_are_relayed_without_reading_the_log(svc):
     job = running_job(svc)
     reads = count_log_reads(svc)
     relay = Relay(svc, job)
-    wait_until_heard(svc, job)
+    wait_until_subscribed(svc)
     texts = [f"word{i} " for i in range(20)]
     for i, text in enumerate(texts):
         write_chunks(svc, job, [text], i)
-        time.sleep(0.01)
+        time.sleep(0.01)  # a worker's pace: chunks one by one, not all at once
     assert len(relay.wait_for(20)) == 20
     finish(svc, job)
     relay.join()
@@ -107,15 +122,15 @@ def test_a_relay_that_fell_behind_reads_the_gap_from_the_log_and_loses_nothing(s
     job = running_job(svc)
     reads = count_log_reads(svc)
     relay = Relay(svc, job)
-    wait_until_heard(svc, job)
+    wait_until_subscribed(svc)
     write_chunks(svc, job, ["a "])
     relay.wait_for(1)
     relay.paused.clear()  # the client stops reading; the listener keeps only the last 3 heard
     write_chunks(svc, job, ["b "], 1)
-    time.sleep(0.2)
+    wait_until(lambda: relay.held and relay.held[2].get("text") == "b ")  # taken, not yet sent
     before = len(reads)
     write_chunks(svc, job, [f"{c} " for c in "cdefghij"], 2)
-    time.sleep(0.3)
+    wait_until_all_heard(svc)  # all 8 heard while the relay waits: it keeps only the last 3
     relay.paused.set()
     relay.wait_for(10)
     finish(svc, job)

@@ -1,6 +1,6 @@
-"""The API's one pub/sub listener: it wakes exactly the relays following the job that grew, wakes
+"""The API's one pub/sub listener: it wakes exactly the relays watching the job that grew, wakes
 every relay whenever it has (re)subscribed (what was published before was not heard), survives
-a Redis restart, and ends once nobody follows a job."""
+a Redis restart, and ends once no relay watches a job."""
 import time
 
 import pytest
@@ -10,6 +10,7 @@ from api.wakeups import JobWakeups
 from common.keys import Keys
 from tests.support.processes import PrivateRedis
 from tests.support.settings import cleanup_namespace, make_settings
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -19,28 +20,26 @@ def keys():
     cleanup_namespace(settings)
 
 
-def test_a_publish_wakes_the_followers_of_that_job_only(keys):
+def test_a_publish_wakes_the_relays_watching_that_job_only(keys):
     ns, client = keys
     wakeups = JobWakeups(client, ns, linger_s=0.5, poll_s=0.1)
-    with wakeups.watch("a") as a1, wakeups.watch("a") as a2, wakeups.watch("b") as b:
+    with wakeups.watch("a") as a1, wakeups.watch("a") as a2, wakeups.watch("b") as b, \
+            wakeups.watch("c") as c:
         assert a1.wait(5) and b.wait(5)  # woken once the listener has subscribed
-        for woken in (a1, a2, b):
+        for woken in (a1, a2, b, c):
             woken.clear()
         client.publish(ns.channel("a"), "chunk")
-        assert a1.wait(5) and a2.wait(5)
-        time.sleep(0.2)
+        client.publish(ns.channel("c"), "chunk")  # heard after a's: messages reach the listener in order
+        assert a1.wait(5) and a2.wait(5) and c.wait(5)
         assert not b.is_set()
 
 
-def test_the_listener_ends_when_nobody_follows_and_a_new_follower_starts_another(keys):
+def test_the_listener_ends_when_nobody_watches_and_a_new_watch_starts_another(keys):
     ns, client = keys
     wakeups = JobWakeups(client, ns, linger_s=0.3, poll_s=0.05)
     with wakeups.watch("a") as woken:
         assert woken.wait(5) and wakeups.listening
-    deadline = time.monotonic() + 5
-    while wakeups.listening and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not wakeups.listening
+    wait_until(lambda: not wakeups.listening, 5)
     with wakeups.watch("a") as woken:
         assert woken.wait(5)  # the new listener's subscription wakes its relays
         woken.clear()
@@ -48,7 +47,7 @@ def test_the_listener_ends_when_nobody_follows_and_a_new_follower_starts_another
         assert woken.wait(5)
 
 
-def test_followers_are_woken_through_a_redis_restart(tmp_path):
+def test_relays_are_woken_through_a_redis_restart(tmp_path):
     private = PrivateRedis(tmp_path)
     private.start()
     try:
@@ -70,9 +69,6 @@ def test_followers_are_woken_through_a_redis_restart(tmp_path):
                 pytest.fail("the listener did not come back after Redis restarted")
             private.stop()
             assert woken.wait(5)
-        deadline = time.monotonic() + 5  # Redis is away and nobody follows: the listener gives up
-        while wakeups.listening and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not wakeups.listening
+        wait_until(lambda: not wakeups.listening, 5)  # Redis is away and nobody watches: it gives up
     finally:
         private.stop()

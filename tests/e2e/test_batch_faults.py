@@ -16,6 +16,7 @@ from tests.support.processes import WorkerProcess
 from tests.support.processes import PrivateRedis
 from tests.support.servers import LiveServer
 from tests.support.settings import make_settings
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 LINES = 40
@@ -30,10 +31,8 @@ def progress(base, batch_id):
 
 
 def wait_progress(base, batch_id, at_least, timeout=120):
-    deadline = time.monotonic() + timeout
-    while progress(base, batch_id) < at_least:
-        assert time.monotonic() < deadline, f"batch stuck below {at_least} lines"
-        time.sleep(0.2)
+    wait_until(lambda: progress(base, batch_id) >= at_least, timeout, interval=0.2,
+               message=f"batch stuck below {at_least} lines")
 
 
 def stuck_lines(settings, batch_id):
@@ -72,7 +71,7 @@ def test_batch_survives_worker_kill_api_restart_and_redis_restart(start_worker, 
         wait_progress(server.url, batch_id, done + 3)
 
         private.stop()  # Redis restart: the append-only file keeps jobs, batch and broker messages
-        time.sleep(1)
+        time.sleep(1)  # Redis stays away for a second
         private.start()
 
         try:

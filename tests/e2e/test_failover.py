@@ -18,6 +18,7 @@ from tests.support.ports import free_port, redis_port
 from tests.support.servers import LiveServer
 from tests.support.settings import cleanup_namespace, make_settings
 from tests.support.sse_subscriber import SseSubscriber
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 JOBS = 10
@@ -62,8 +63,8 @@ def test_master_killed_under_streaming_jobs_every_job_ends_once(group, start_wor
             assert resp.status_code == 202, resp.text
             jobs.append(resp.json()["id"])
         subscribers = {job_id: SseSubscriber(base, job_id) for job_id in jobs}
-        while sum(f.chunks >= 3 for f in subscribers.values()) < 2:  # streaming, others still queued
-            time.sleep(0.05)
+        # streaming, others still queued
+        wait_until(lambda: sum(f.chunks >= 3 for f in subscribers.values()) >= 2, 240, interval=0.05)
 
         lag = group.replication_lag_bytes()
         killed_at = time.monotonic()

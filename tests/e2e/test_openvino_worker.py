@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import signal
-import time
 
 import pytest
 import requests
@@ -17,7 +16,7 @@ from tests.support.jobs import submit
 from tests.support.processes import kill_9_mid_job
 from tests.support.servers import LiveServer
 from tests.support.settings import make_settings
-from tests.support.waiting import wait_for_job
+from tests.support.waiting import wait_for_job, wait_until
 
 pytest.importorskip("openvino_genai", reason="the OpenVINO engine is not installed")
 pytestmark = pytest.mark.slow
@@ -79,10 +78,8 @@ def test_sigterm_to_the_worker_and_its_core_lets_the_running_job_finish(ov_stack
     settings, _, url = ov_stack
     worker = start_worker(settings)
     job = submit(url, **COUNTING)
-    deadline = time.monotonic() + 120
-    while requests.get(f"{url}/v1/jobs/{job['id']}", timeout=10).json()["text"] == "":
-        assert time.monotonic() < deadline, "the job did not start"
-        time.sleep(0.1)
+    wait_until(lambda: requests.get(f"{url}/v1/jobs/{job['id']}", timeout=10).json()["text"] != "", 120,
+               interval=0.1, message="the job did not start")
     everyone = [psutil.Process(worker.proc.pid), *psutil.Process(worker.proc.pid).children(recursive=True)]
     for process in everyone:
         process.send_signal(signal.SIGTERM)

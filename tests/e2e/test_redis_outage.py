@@ -17,7 +17,7 @@ from common.sseclient import iter_sse
 from tests.support.processes import PrivateRedis
 from tests.support.servers import LiveServer
 from tests.support.settings import make_settings
-from tests.support.waiting import wait_for_job
+from tests.support.waiting import wait_for_job, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -45,8 +45,8 @@ def test_redis_restart_is_503_then_recovery_without_losing_or_tearing_a_job(outa
     assert wait_for_job(base, warm.json()["id"])["status"] == "succeeded"
 
     long_job = post(base, prompt="1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", max_tokens=64, temperature=0).json()
-    while len(requests.get(f"{base}/v1/jobs/{long_job['id']}", timeout=30).json()["text"]) < 3:
-        time.sleep(0.1)
+    wait_until(lambda: len(requests.get(f"{base}/v1/jobs/{long_job['id']}", timeout=30).json()["text"]) >= 3,
+               120, interval=0.1)
 
     private.stop()
     for call in (lambda: post(base, prompt="Hi"),
@@ -60,7 +60,7 @@ def test_redis_restart_is_503_then_recovery_without_losing_or_tearing_a_job(outa
         assert resp.json()["error"]["type"] == "service_unavailable"
         assert "Redis" in resp.json()["error"]["message"] and int(resp.headers["Retry-After"]) > 0
     assert requests.get(f"{base}/health", timeout=30).status_code == 503
-    time.sleep(3)  # the worker keeps generating meanwhile
+    time.sleep(3)  # the outage lasts: the worker keeps generating meanwhile
     assert worker.proc.poll() is None
 
     private.start()
@@ -87,11 +87,7 @@ def test_redis_restart_is_503_then_recovery_without_losing_or_tearing_a_job(outa
     assert last["status"] == "succeeded" and worker.proc.poll() is None
     client = redis.Redis.from_url(settings.redis_url, decode_responses=True)
     unacked = f"{settings.namespace}:broker:unacked_index"
-    for _ in range(50):
-        if client.zcard(unacked) == 0:
-            break
-        time.sleep(0.1)
-    assert client.zcard(unacked) == 0
+    wait_until(lambda: client.zcard(unacked) == 0, 5, interval=0.1)
 
     # every job record in the namespace is whole: the fields of its state are all there
     store = create_app(settings).extensions["llmq"].store
@@ -114,13 +110,13 @@ def test_queued_and_running_jobs_survive_a_redis_crash_from_its_append_only_file
     base = server.url
     try:
         running = post(base, prompt="1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", max_tokens=256, temperature=0).json()
-        while requests.get(f"{base}/v1/jobs/{running['id']}", timeout=30).json()["status"] != "running":
-            time.sleep(0.1)
+        job_url = f"{base}/v1/jobs/{running['id']}"
+        wait_until(lambda: requests.get(job_url, timeout=30).json()["status"] == "running", 120, interval=0.1)
         queued = [post(base, prompt=f"Say the word {w}.", max_tokens=8).json() for w in ("red", "blue", "green")]
         assert all(job["status"] == "queued" for job in queued)
-        time.sleep(2)  # appendfsync everysec: writes older than a second are on disk
+        time.sleep(2)  # lets appendfsync everysec put every write (older than a second) on disk
         private.crash()
-        time.sleep(1)
+        time.sleep(1)  # Redis stays away for a second
         private.start()
 
         for job in queued:  # still there after the crash (the slot may just have freed for one)

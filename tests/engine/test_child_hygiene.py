@@ -11,30 +11,31 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psutil
 import pytest
 
 from tests.support import ROOT
+from tests.support.waiting import wait_until
 from worker.pinning import cpu_binding_env
 
 OWNER = r"""
 import multiprocessing as mp, sys, time
 from worker.engine import child_hygiene
 
-def sleeper():
+def sleeper(marks):
+    open(marks + "/grandchild", "w").close()  # its target runs: bound already, if it is to be
     time.sleep(600)
 
-def middle(method):
-    mp.get_context(method).Process(target=sleeper).start()
+def middle(method, marks):
+    mp.get_context(method).Process(target=sleeper, args=(marks,)).start()
     time.sleep(600)
 
 if __name__ == "__main__":
     if sys.argv[1] == "bound":
         child_hygiene.install()
-    mp.get_context(sys.argv[2]).Process(target=middle, args=(sys.argv[2],)).start()
+    mp.get_context(sys.argv[2]).Process(target=middle, args=(sys.argv[2], sys.argv[3])).start()
     print("started", flush=True)
     time.sleep(600)
 """
@@ -70,14 +71,12 @@ def run_owner(source: str, tmp_path: Path, *args: str) -> subprocess.Popen:
 
 
 def descendants_after_kill(mode: str, method: str, tmp_path: Path) -> list[psutil.Process]:
-    owner = run_owner(OWNER, tmp_path, mode, method)
+    owner = run_owner(OWNER, tmp_path, mode, method, str(tmp_path))
     try:
         assert owner.stdout.readline().strip() == "started"
-        deadline = time.monotonic() + 60
-        while len(psutil.Process(owner.pid).children(recursive=True)) < 2:
-            assert time.monotonic() < deadline, "the stand-in engine did not start its processes"
-            time.sleep(0.1)
-        time.sleep(1)  # the grandchild has bound itself too (its first act)
+        # the grandchild runs its target, so it (and the child before it) has bound itself
+        wait_until(lambda: (tmp_path / "grandchild").exists(), 60, interval=0.05,
+                   message="the stand-in engine did not start its processes")
         children = psutil.Process(owner.pid).children(recursive=True)
         assert len(children) >= 2 and all(c.is_running() for c in children)  # + the resource tracker
         owner.send_signal(signal.SIGKILL)

@@ -101,7 +101,7 @@ def test_steps_leave_the_gil_to_the_job_threads(model_ref, prompts):
         return (ticks[0] - before) / (time.monotonic() - started)
 
     threading.Thread(target=count, daemon=True).start()
-    idle = pace(lambda: time.sleep(1.0))
+    idle = pace(lambda: time.sleep(1.0))  # its pace over a second of nothing else running
     for i in range(8):
         engine.add_request(EngineRequest(f"g{i}", prompts[i % len(prompts)],
                                          Sampling(max_tokens=64, temperature=0)))

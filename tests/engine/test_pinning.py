@@ -4,11 +4,11 @@ and the worker's own threads below the priority of vLLM's engine core."""
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.support import ROOT
+from tests.support.waiting import wait_until
 from worker.pinning import (confine_to, format_cpus, lower_priority, parse_cpus, service_and_compute,
                             split_cpus)
 
@@ -53,9 +53,7 @@ def test_confine_moves_unbound_threads_to_the_service_cores_and_leaves_bound_one
     floating = subprocess.Popen([sys.executable, "-c", code])
     bound = subprocess.Popen(["taskset", "-c", str(compute[0]), sys.executable, "-c", code])
     try:
-        deadline = time.monotonic() + 10
-        while len(os.listdir(f"/proc/{floating.pid}/task")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.05)  # its second thread has not started yet
+        wait_until(lambda: len(os.listdir(f"/proc/{floating.pid}/task")) >= 2, 10)  # its second thread
         assert confine_to(service, compute, [floating.pid, bound.pid]) >= 2
         for tid in os.listdir(f"/proc/{floating.pid}/task"):
             assert os.sched_getaffinity(int(tid)) == set(service)
@@ -108,9 +106,7 @@ def test_lower_priority_reaches_every_thread_and_the_threads_started_after():
 def test_lower_priority_never_raises_a_threads_priority():
     proc = subprocess.Popen(["nice", "-n", "15", "sleep", "60"])
     try:
-        deadline = time.monotonic() + 10
-        while os.getpriority(os.PRIO_PROCESS, proc.pid) != 15 and time.monotonic() < deadline:
-            time.sleep(0.05)  # `nice` has not exec'd `sleep` yet
+        wait_until(lambda: os.getpriority(os.PRIO_PROCESS, proc.pid) == 15, 10)  # `nice` has exec'd `sleep`
         assert lower_priority(proc.pid, 5) == 0
         assert os.getpriority(os.PRIO_PROCESS, proc.pid) == 15
     finally:

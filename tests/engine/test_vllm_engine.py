@@ -8,6 +8,7 @@ from __future__ import annotations
 import queue
 import subprocess
 import sys
+import threading
 import time
 from types import SimpleNamespace
 
@@ -159,10 +160,12 @@ def test_a_request_reaches_vllm_while_the_loop_waits_for_a_step():
     while a step is under way goes to vLLM at once, so it can join the very next step."""
     core = QueuedFakeVllmCore({"a": "abc", "b": "xy"})
     engine = VLLMEngine("unused", core=core, tokenizer=CharTokenizer(), sampling_params=fake_params)
+    ready, step_awaited = engine.ready, threading.Event()
+    engine.ready = lambda: ready() or step_awaited.set()  # the loop found the step not yet done
     loop = EngineLoop(engine)
     first = loop.submit(EngineRequest("a", [1], GREEDY))
     wait_until(lambda: "a" in core.running, timeout=5)
-    time.sleep(0.05)  # the loop is now waiting for a's first step, which has not come
+    assert step_awaited.wait(5)  # the loop is now waiting for a's first step, which has not come
     second = loop.submit(EngineRequest("b", [1], GREEDY))
     wait_until(lambda: "b" in core.running, timeout=5)  # blocked inside step(), the loop would never get here
     assert core.steps == 0

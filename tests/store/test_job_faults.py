@@ -14,6 +14,7 @@ from common.schemas import JobStatus
 from common.sseclient import iter_sse
 from tests.support.scripted_jobs import RUNNER_SETTINGS, events_of, make_runner, queue_job
 from tests.support.settings import fresh_namespace
+from tests.support.waiting import wait_until
 
 
 @pytest.fixture
@@ -63,8 +64,8 @@ def test_a_duplicate_delivery_waits_for_the_live_owner_and_does_not_run_twice(st
     result = {}
     thread = threading.Thread(target=lambda: result.update(job_runner.run(job)))
     thread.start()
-    for _ in range(10):  # w1 stays alive and renews its lease, then finishes the job
-        time.sleep(0.1)
+    for _ in range(10):  # w1 stays alive for a second, renewing its lease, then finishes the job
+        time.sleep(0.1)  # the behaviour: a second of a live owner holding the job
         assert store.renew_lease(job, 1, "w1", 1)
     assert thread.is_alive()  # still waiting behind the live owner
     assert store.finish(job, JobStatus.SUCCEEDED, attempt=1, finish_reason="stop", text="done by w1")
@@ -110,9 +111,7 @@ def test_a_cancel_is_learnt_from_the_chunk_writes_themselves(store, settings):
     job_runner.store.cancel_requested = lambda job_id: polls.append(job_id) or False
     ran = threading.Thread(target=job_runner.run, args=(job,))
     ran.start()
-    deadline = time.monotonic() + 10
-    while store.log.chunks_written(job) < 5 and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_until(lambda: store.log.chunks_written(job) >= 5, 10)
     assert store.request_cancel(job) == "cancelling"
     ran.join(timeout=10)
     record = store.get(job)
