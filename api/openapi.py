@@ -1,6 +1,6 @@
 """The API's OpenAPI 3.1 description, served at `/openapi.json` (public, like `/health`): llmq's
 own routes here, the OpenAI-compatible ones (completions, models, Files, Batches) in
-api/openapi_openai.py. Every route a user calls is in it (tests/test_openapi.py checks the app's
+api/openapi_openai.py. Every route a user calls is in it (tests/api/test_openapi.py checks the app's
 routes against it).
 
 Request bodies come from the pydantic models the handlers validate with, so the spec cannot drift

@@ -1,7 +1,7 @@
 """The response bodies of the OpenAI-compatible routes as pydantic models, from which
 /openapi.json's schemas are generated (api/openapi_openai.py). They describe what
-common/openai_format.py, common/files.py and common/batches.py build; tests/test_openapi.py checks
-what those build against them."""
+common/openai_format.py, common/files.py and common/batches.py build;
+tests/api/test_openapi.py checks what those build against them."""
 from __future__ import annotations
 
 from typing import Any, Literal

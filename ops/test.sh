@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: install what the tests need, start Redis if none answers, prepare the model,
 # run the suite against real Redis, real Celery workers and the real embedded model.
-#   bash ops/test.sh [pytest args]      (e.g. -m "not slow" for the quick layer)
+#   bash ops/test.sh [pytest args]      (e.g. -m "not slow" for the quick layer, tests/api for one
+#                                        layer of tests/: see tests/README.md)
 #   LLMQ_TEST_VLLM=0 bash ops/test.sh   (without vLLM's CPU build: its engine tests skip)
 source "$(dirname "$0")/common.sh"
 export HF_HUB_OFFLINE=1
