@@ -1,4 +1,4 @@
-# llmq images (issue 5), used by docker-compose.yml.
+# llmq images, used by docker-compose.yml and deploy/kubernetes/.
 #   target `cpu` (default): the API, CPU workers and Flower      docker build -t llmq .
 #   target `gpu`: a vLLM worker on vLLM's CUDA image              docker build --target gpu -t llmq-gpu .
 # The model is not baked in: workers download or convert it once into the /models volume.

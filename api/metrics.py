@@ -16,6 +16,8 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from api.services import Services
+from common.demand import model_demand
+from common.errors import ApiError
 
 log = logging.getLogger("api.access")
 
@@ -71,6 +73,32 @@ class ClusterCollector:
         live = GaugeMetricFamily("llmq_workers_live", "workers whose heartbeat is fresh")
         live.add_metric([], len(workers))
         yield live
+        yield from self._demand(workers)
+
+    def _demand(self, workers: list[dict]):
+        """Per model, what an autoscaler needs (common/demand.py)."""
+        jobs = GaugeMetricFamily("llmq_model_jobs", "jobs of a model: queued (not picked by any "
+                                 "worker yet) or held (picked by a live worker)", labels=["model", "state"])
+        slots = GaugeMetricFamily("llmq_model_slots", "batch slots of the live workers serving a model",
+                                  labels=["model"])
+        live = GaugeMetricFamily("llmq_model_workers", "live workers serving a model", labels=["model"])
+        desired = GaugeMetricFamily("llmq_model_desired_workers", "workers that would hold every queued "
+                                    "and held job of a model at once (0: no work)", labels=["model"])
+        for demand in model_demand(self.svc, self._served_models(), workers, self.svc.settings.max_batch_size):
+            jobs.add_metric([demand.model, "queued"], demand.queued)
+            jobs.add_metric([demand.model, "held"], demand.held)
+            slots.add_metric([demand.model], demand.slots)
+            live.add_metric([demand.model], demand.workers)
+            desired.add_metric([demand.model], demand.desired_workers)
+        yield from (jobs, slots, live, desired)
+
+    def _served_models(self) -> set[str]:
+        """The model this deployment serves, even while no worker is live (scale from zero)."""
+        try:
+            model, _ = self.svc.admission.model()
+        except ApiError:  # not prepared yet (503): the workers' models still count
+            return set()
+        return {model.name}
 
     def _live_workers(self) -> list[dict]:
         return self.svc.registry.live()
@@ -79,11 +107,7 @@ class ClusterCollector:
         """The served model's queue and every queue a live worker consumes."""
         queues = {w["queue"] for w in workers if w.get("queue")}
         queues.update(q for w in workers for q in w.get("queues", []))
-        try:
-            model, _ = self.svc.admission.model()
-            queues.add(self.svc.keys.queue(model.name))
-        except Exception:  # model not prepared yet: the workers' queues still count
-            pass
+        queues.update(self.svc.keys.queue(name) for name in self._served_models())
         return queues
 
 

@@ -99,6 +99,11 @@ class FairQueue:
                 {"completion_tokens": int(done or 0), "max_tokens": int(max_tokens) if max_tokens else None})
         return by_worker
 
+    def depth(self, queue: str) -> int:
+        """Jobs of a model queue not yet picked by any worker, every level. (The Celery queue's own
+        length does not say this: workers take tickets ahead of free slots.)"""
+        return sum(sum(self._level(queue, level).lengths.values()) for level in LEVELS)
+
     def position(self, record: dict) -> int | None:
         """Jobs that will be picked before this queued one if nothing else arrives: every job
         of a higher priority level, then, in its level, the jobs of each key whose start tags
