@@ -15,7 +15,7 @@ from pydantic.json_schema import models_json_schema
 from api.batches_api import BatchCreate
 from api.openapi_models import RESPONSES
 from common.batch_lines import ENDPOINTS
-from common.openai_schemas import _SAMPLING, _UNSUPPORTED, ChatCompletionRequest, CompletionRequest
+from common.openai_schemas import SAMPLING_FIELDS, UNSUPPORTED, ChatCompletionRequest, CompletionRequest
 
 _REF = "#/components/schemas/{model}"
 
@@ -33,11 +33,11 @@ def _openai_request(model: type[BaseModel], job_request: dict) -> tuple[dict, di
     """(the request's schema, the schemas it refers to)."""
     schema = model.model_json_schema(ref_template=_REF)
     defs, props = schema.pop("$defs", {}), schema["properties"]
-    for name in (*_SAMPLING, "max_tokens", "max_completion_tokens"):
+    for name in (*SAMPLING_FIELDS, "max_tokens", "max_completion_tokens"):
         if name in props:  # these become the job's: JobRequest's limits apply
             props[name] = _or_null(job_request["properties"]["max_tokens" if name.startswith("max_")
                                                               else name])
-    for name, unused in _UNSUPPORTED.items():
+    for name, unused in UNSUPPORTED.items():
         if name in props:
             props[name] = {"enum": list(unused), "description": "not supported: only a value that "
                                                                 "means 'not used' is accepted"}

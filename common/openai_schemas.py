@@ -14,15 +14,16 @@ from common.errors import ApiError
 from common.schemas import JobRequest
 
 # parameter -> the values that mean "not used"; anything else is refused
-_UNSUPPORTED: dict[str, tuple] = {
+UNSUPPORTED: dict[str, tuple] = {
     "n": (None, 1), "best_of": (None, 1), "logprobs": (None, False, 0), "top_logprobs": (None, 0),
     "logit_bias": (None, {}), "echo": (None, False), "suffix": (None, ""),
     "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
     "function_call": (None, "none"), "audio": (None,), "modalities": (None, ["text"]),
     "prediction": (None,), "web_search_options": (None,),
 }
-_SAMPLING = ("temperature", "top_p", "top_k", "seed", "stop", "presence_penalty",
-             "frequency_penalty", "response_format", "cache", "webhook", "webhook_events")
+# the request fields that pass on to the job as they are (the API's description reads them too)
+SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "presence_penalty",
+                   "frequency_penalty", "response_format", "cache", "webhook", "webhook_events")
 
 
 class StreamOptions(BaseModel):
@@ -59,7 +60,7 @@ class _OpenAIRequest(BaseModel):
     prompt_cache_retention: Any = None
     prompt_cache_options: Any = None
     verbosity: str | None = None
-    # refused unless "not used" (see _UNSUPPORTED)
+    # refused unless "not used" (see UNSUPPORTED)
     n: int | None = None
     logprobs: Any = None
     logit_bias: dict | None = None
@@ -70,7 +71,7 @@ class _OpenAIRequest(BaseModel):
     webhook_events: list[str] | None = None
 
     def refuse_unsupported(self) -> None:
-        for name, unused in _UNSUPPORTED.items():
+        for name, unused in UNSUPPORTED.items():
             value = getattr(self, name, None)
             if value not in unused:
                 raise ApiError(400, "unsupported_parameter",
@@ -78,7 +79,7 @@ class _OpenAIRequest(BaseModel):
 
     def _job_fields(self) -> dict:
         self.refuse_unsupported()
-        fields = {k: v for k in _SAMPLING if (v := getattr(self, k)) is not None}
+        fields = {k: v for k in SAMPLING_FIELDS if (v := getattr(self, k)) is not None}
         if self.max_tokens is not None:
             fields["max_tokens"] = self.max_tokens
         return {**fields, "model": self.model, "stream": bool(self.stream)}
