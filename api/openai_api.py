@@ -150,6 +150,9 @@ def _job_error(record: dict) -> ApiError:
         return ApiError(409, "job_cancelled", f"job {record['id']} was cancelled before it finished")
     if error.get("type") == "invalid_request":  # the engine refused it, e.g. an unenforceable schema
         return ApiError(400, "invalid_request", error.get("message", "invalid request"))
+    if status == JobStatus.EXPIRED:  # its deadline passed: the service is too busy now, not broken
+        return ApiError(503, error.get("type") or "expired",
+                        error.get("message") or f"job {record['id']} did not finish in time", {"Retry-After": "5"})
     return ApiError(500, error.get("type") or "job_failed",
                     error.get("message") or f"job {record['id']} ended as {status}")
 

@@ -84,3 +84,13 @@ def test_records_and_token_logs_expire_after_the_ttl(make_api):
         assert api.get(f"/v1/jobs/{job_id}/events").status_code == 404
         assert not store.r.exists(store.keys.job(job_id), store.keys.events(job_id),
                                   store.keys.lease(job_id))
+
+
+def test_an_openai_request_whose_job_expires_in_the_queue_is_a_503_to_retry(make_api):
+    """Its deadline passed before any worker had room: the service is busy, not broken."""
+    api = make_api(queue_timeout_s=1, sse_heartbeat_s=0.3)
+    started = time.monotonic()
+    resp = api.post("/v1/chat/completions", json={"model": "SmolLM2-135M-Instruct", "messages": CHAT})
+    assert resp.status_code == 503 and resp.headers["Retry-After"], resp.get_data(as_text=True)
+    assert resp.get_json()["error"]["code"] == "queue_timeout"
+    assert time.monotonic() - started < 30  # answered once it expired, not left hanging
