@@ -96,7 +96,8 @@ _WHY = {400: "invalid request (OpenAI answers 400 where llmq's own API says 413 
         404: "no such model, file or batch (another key's is not found either)",
         409: "cancelled before it finished; or a batch that cannot be cancelled",
         413: "body or file too large", 429: "queue full or rate limited",
-        500: "the job failed or expired before it could run", 503: "Redis unreachable"}
+        500: "the job failed", 503: "Redis unreachable, or the job's deadline passed before it could finish "
+                                    "(Retry-After)"}
 
 
 def _errors(*codes: int) -> dict:
