@@ -6,7 +6,8 @@ A real Redis (own db, a fresh key namespace per module or test), the embedded mo
   fixture: module-scoped for other settings, function-scoped for a fresh namespace per test.
   `api` is a Flask test client of `app` with `.settings`, `.services` and `.serve()` (the same app
   on a socket, stopped after the test).
-- `store`: the Redis job store of `settings`, for tests without an API.
+- `store`: the Redis job store of `settings`, for tests without an API; `receiver`: a webhook
+  receiver on 127.0.0.1.
 - the shared stack (`stack_settings`, `stack_app`, `worker`, `live_api`, `control_worker`): one
   real model worker and control worker for the session, the API on a socket in front of them.
 - `start_worker`, `start_control_worker`: more workers, for settings of a test's own.
@@ -23,6 +24,7 @@ from common.stores import Stores
 from tests.support.processes import WorkerProcess
 from tests.support.servers import ApiClient, LiveServer
 from tests.support.settings import REDIS_DB, REDIS_HOST, cleanup_namespace, fresh_namespace, make_settings
+from tests.support.webhook_receiver import Receiver
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -62,6 +64,7 @@ def app(settings, model_ref, _apps):
     """The Flask app of `settings`, built once per `settings` (once per module unless the module's
     `settings` is function-scoped)."""
     if settings.namespace not in _apps:
+        _apps.clear()  # a function-scoped `settings`: the last test's app is done with
         _apps[settings.namespace] = create_app(settings)
     return _apps[settings.namespace]
 
@@ -78,6 +81,14 @@ def api(app, settings):
 def store(settings):
     """The job store on `settings`' namespace (common/jobs.py), for tests without an API."""
     return Stores(settings).store
+
+
+@pytest.fixture
+def receiver():
+    """A webhook receiver on 127.0.0.1 (tests.support.webhook_receiver.Receiver), stopped after the test."""
+    receiver = Receiver()
+    yield receiver
+    receiver.stop()
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,6 @@ import time
 import pytest
 
 from tests.support.settings import fresh_namespace, make_settings
-from tests.support.webhook_receiver import Receiver
 from worker.webhook_sender import WebhookSender
 
 HANGS = ".hangs.test"
@@ -90,13 +89,6 @@ def test_openai_and_batch_requests_naming_such_a_webhook_are_refused_within_it_t
 @pytest.fixture
 def sender():
     return WebhookSender(make_settings(webhook_timeout_s=ATTEMPT_S), webhooks=None)  # post() records nothing
-
-
-@pytest.fixture
-def receiver():
-    receiver = Receiver()
-    yield receiver
-    receiver.stop()
 
 
 def test_an_attempt_ends_within_its_timeout_however_slowly_the_receiver_trickles(sender, receiver):

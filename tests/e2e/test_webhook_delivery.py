@@ -15,7 +15,6 @@ import standardwebhooks
 from common.webhooks import Webhooks
 from tests.support.settings import WEBHOOK_SECRETS, cleanup_namespace, make_settings
 from tests.support.waiting import wait_for_job, wait_until
-from tests.support.webhook_receiver import Receiver
 
 pytestmark = pytest.mark.slow
 
@@ -31,13 +30,6 @@ def settings():
 def hooks(settings, start_control_worker):
     start_control_worker(settings)
     return Webhooks(settings, redis.Redis.from_url(settings.redis_url, decode_responses=True))
-
-
-@pytest.fixture
-def receiver():
-    receiver = Receiver()
-    yield receiver
-    receiver.stop()
 
 
 def wait_for_state(hooks: Webhooks, delivery_id: str, timeout: float = 30) -> dict:
