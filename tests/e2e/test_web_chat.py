@@ -52,8 +52,9 @@ def ink_fraction(png: bytes) -> float:
 def test_prompt_streams_an_answer_with_live_stats(page, tmp_path):
     page.evaluate(WATCH_ANSWER)
     page.fill("#temperature", "0")
-    page.fill("#max-tokens", "48")
-    page.fill("#prompt", "What is the capital of France?")
+    page.fill("#max-tokens", "64")
+    # an answer of some length: a one-line one can arrive within one relay interval, all at once
+    page.fill("#prompt", "Describe Paris, the capital of France, in three sentences.")
     page.press("#prompt", "Enter")
     page.wait_for_selector(".msg.assistant .info")  # written once the job has ended
     answer = page.inner_text(".msg.assistant .text")
