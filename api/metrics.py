@@ -43,7 +43,7 @@ class ClusterCollector:
 
     def _from_redis(self):
         svc = self.svc
-        workers = self._live_workers()
+        workers = svc.registry.live()
         queued = GaugeMetricFamily("llmq_jobs", "jobs now queued or running", labels=["status"])
         queued.add_metric(["queued"], svc.store.queue_depth())
         queued.add_metric(["running"], sum(w.get("running", 0) for w in workers))
@@ -99,9 +99,6 @@ class ClusterCollector:
         except ApiError:  # not prepared yet (503): the workers' models still count
             return set()
         return {model.name}
-
-    def _live_workers(self) -> list[dict]:
-        return self.svc.registry.live()
 
     def _queues(self, workers: list[dict]) -> set[str]:
         """The served model's queue and every queue a live worker consumes."""

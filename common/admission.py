@@ -56,9 +56,9 @@ class Admission:
         sent (the API's per-key concurrency slot)."""
         fields, digest = self.prepare(req, owner, priority)
         fields.update(webhook or {})
-        hit = self.cache.get(digest) if digest and self.cache.enabled else None
-        if hit is not None:
-            return 200, self._answer_from_cache(fields, hit)
+        answered = self._answer_from_cache(fields, digest)
+        if answered is not None:
+            return 200, answered
 
         fields.update(status=JobStatus.QUEUED, cache_key=digest,
                       **self._deadlines(req, fields["created_at"]))
@@ -130,9 +130,7 @@ class Admission:
                 self.send_spare_ticket(record)
             return
         fields = {**fields, "id": job_id, "created_at": time.time(), "priority": "batch"}
-        hit = self.cache.get(digest) if digest and self.cache.enabled else None
-        if hit is not None:
-            self._answer_from_cache(fields, hit)
+        if self._answer_from_cache(fields, digest) is not None:
             return
         fields.update(status=JobStatus.QUEUED, cache_key=digest, queue_deadline=deadline,
                       run_timeout_s=self.settings.run_timeout_s or None)
@@ -201,7 +199,12 @@ class Admission:
         sampling["max_tokens"] = max_tokens
         return sampling
 
-    def _answer_from_cache(self, fields: dict, hit: dict) -> dict:
+    def _answer_from_cache(self, fields: dict, digest: str | None) -> dict | None:
+        """The job, created already answered, when the result cache has this request's answer;
+        None otherwise (not deterministic, cache off, or a miss)."""
+        hit = self.cache.get(digest) if digest and self.cache.enabled else None
+        if hit is None:
+            return None
         now = time.time()
         fields.update(status=JobStatus.SUCCEEDED, cached=True, started_at=now, finished_at=now,
                       text=hit["text"], finish_reason=hit["finish_reason"],
