@@ -27,7 +27,9 @@ import argparse
 import importlib.util
 import os
 import json
+import signal
 import statistics
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -259,6 +261,10 @@ def main() -> None:
                         help="with --openai: one more llmq-on-vLLM stack, named llmq-NAME, with these "
                              "settings changed (an A/B of a setting in one interleaved run); repeatable")
     args = parser.parse_args()
+    # a `timeout` (bench/gpu_check.sh) ends the run with SIGTERM: as an exception, so the `finally`
+    # that stops every server runs (vLLM's own server is in a session of its own, out of reach of
+    # a signal to the run's process group, and would keep its GPU memory)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     if args.openai or args.engines != "hf":
         compare(args)
         return
@@ -342,10 +348,17 @@ def compare(args) -> None:
         if ours in results and theirs in results:
             ratios = [o["tokens_per_s"] / t["tokens_per_s"] for o, t in zip(results[ours], results[theirs])]
             print(f"{ours} / {theirs}: " + ", ".join(f"{r:.2f}x at {c}" for r, c in zip(ratios, args.levels)))
+    write_compare(args, results)
+
+
+def write_compare(args, results: dict[str, list[dict]]) -> Path:
+    """`compare-<local time>.json` in `args.out`: the arguments (as text) and each server's rows
+    (one `summarize` dict per level); bench/gpu_report.py reads it."""
     args.out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    (args.out / f"compare-{stamp}.json").write_text(json.dumps(
-        {"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2))
+    path = args.out / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
+                               indent=2))
+    return path
 
 
 if __name__ == "__main__":
