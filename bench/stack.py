@@ -201,7 +201,11 @@ class VllmServer:
                *memory, "--disable-log-stats"]
         if eager:
             cmd.append("--enforce-eager")
-        binding = cpu_binding_env(os.sched_getaffinity(0), settings.vllm_cpu_reserved_cores)
+        tensor, pipeline = settings.vllm_tensor_parallel_size, settings.vllm_pipeline_parallel_size
+        if tensor * pipeline > 1:  # the same layout as llmq's worker, so the two compare like for like
+            cmd += ["--tensor-parallel-size", str(tensor), "--pipeline-parallel-size", str(pipeline),
+                    "--distributed-executor-backend", "mp"]
+        binding = cpu_binding_env(os.sched_getaffinity(0), settings.vllm_cpu_reserved_cores, tensor * pipeline)
         env = {**os.environ, "PYTHONUNBUFFERED": "1", **binding}
         self.procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log_dir / "vllm.log", "w"),
                                        stderr=subprocess.STDOUT, start_new_session=True)]

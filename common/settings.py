@@ -105,6 +105,12 @@ class Settings(BaseSettings):
                                           "once; 0: every decode step")
     vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     vllm_enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start, slower steps")
+    vllm_tensor_parallel_size: int = Field(
+        1, ge=1, description="GPUs (on CPU: groups of the worker's cores) each layer of the model is "
+                             "split over; a worker owns tensor x pipeline parallel GPUs "
+                             "(ops/workers.sh --gpu-groups)")
+    vllm_pipeline_parallel_size: int = Field(
+        1, ge=1, description="stages the model's layers are split into, one GPU group each")
     vllm_cpu_reserved_cores: int = Field(
         0, ge=0, description="on CPU, cores of the worker's CPU set that vLLM's compute threads leave "
                              "to its scheduler, the job threads, the API and Redis (at least one core "

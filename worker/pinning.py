@@ -8,6 +8,7 @@ gets its own contiguous share of the CPUs this process may use, so two workers n
 core and each sizes its torch thread pool to its share. `python -m worker.pinning --service`
 prints the service cores of this process's CPUs, and `--relay-nice` the niceness for what runs
 there beside vLLM's engine core (both used by `ops/run.sh` to start the API beside a vLLM worker).
+`--gpu-groups SIZE GPU...` prints the GPUs in groups of SIZE, one worker's a line (`ops/workers.sh`).
 """
 from __future__ import annotations
 
@@ -103,15 +104,48 @@ def lower_priority(pid: int, nice: int) -> int:
     return changed
 
 
-def cpu_binding_env(cpus: set[int], reserved: int) -> dict[str, str]:
-    """vLLM's CPU thread binding, taken from the worker's CPU set rather than the whole machine:
-    compute threads on the compute cores, `reserved` service cores left to vLLM's scheduler
-    process, the job threads and, on a small machine, the API and Redis. Reserving a core spares
-    the lock-step matrix work from preemption but takes a whole core from it, which costs more on
-    small workers; so by default nothing is reserved (docs/vllm-on-cpu.md)."""
+def rank_cpus(cpus: set[int], reserved: int, ranks: int = 1) -> list[str]:
+    """The compute cores of a vLLM worker on CPU, split into one disjoint set per rank of its
+    tensor x pipeline parallel layout (each rank runs its share of every step on its own cores)."""
     _, compute = service_and_compute(cpus, reserved)
-    return {"VLLM_CPU_OMP_THREADS_BIND": format_cpus(compute),
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(len(cpus) - len(compute))}
+    if ranks > len(compute):
+        raise ValueError(f"{ranks} parallel ranks need a compute core each; this worker has "
+                         f"{len(compute)} ({format_cpus(compute)}): give it more CPUs or fewer ranks")
+    return split_cpus(compute, ranks)
+
+
+def cpu_binding_env(cpus: set[int], reserved: int, ranks: int = 1) -> dict[str, str]:
+    """vLLM's CPU thread binding, taken from the worker's CPU set rather than the whole machine:
+    compute threads on the compute cores (one set per rank, '|' between them, as vLLM reads it),
+    `reserved` service cores left to vLLM's scheduler process, the job threads and, on a small
+    machine, the API and Redis. Reserving a core spares the lock-step matrix work from preemption
+    but takes a whole core from it, which costs more on small workers; so by default nothing is
+    reserved (docs/vllm-on-cpu.md)."""
+    per_rank = rank_cpus(cpus, reserved, ranks)
+    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(per_rank),
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(len(cpus) - sum(len(parse_cpus(s)) for s in per_rank))}
+
+
+def gpu_groups(gpus: list[str], size: int) -> list[str]:
+    """GPU ids split into consecutive groups of `size`, one worker each ('0,1,2,3' for a worker
+    of tensor parallel 4): a worker owns its group through CUDA_VISIBLE_DEVICES."""
+    if size < 1 or not gpus or len(gpus) % size:
+        raise ValueError(f"{len(gpus)} GPUs cannot be split into groups of {size}")
+    return [",".join(gpus[i:i + size]) for i in range(0, len(gpus), size)]
+
+
+def parallel_layout(settings, on_gpu: bool, cpus: set[int] | None = None) -> dict:
+    """What the heartbeat, /health and the logs say of a vLLM worker's parallel layout: its
+    tensor and pipeline sizes and, per rank, the GPU or the CPU cores it computes on."""
+    tensor, pipeline = settings.vllm_tensor_parallel_size, settings.vllm_pipeline_parallel_size
+    if on_gpu:
+        visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+        ranks = [f"cuda:{gpu}" for gpu in visible.split(",") if gpu] or \
+            [f"cuda:{i}" for i in range(tensor * pipeline)]
+    else:
+        cpus = cpus if cpus is not None else os.sched_getaffinity(0)
+        ranks = [f"cpus {spec}" for spec in rank_cpus(cpus, settings.vllm_cpu_reserved_cores, tensor * pipeline)]
+    return {"tensor_parallel": tensor, "pipeline_parallel": pipeline, "ranks": ranks[:tensor * pipeline]}
 
 
 def keep_off_the_compute_cores(reserved: int) -> None:
@@ -176,6 +210,8 @@ def _threads(pid: int) -> list[int]:
 def _main(argv: list[str]) -> None:
     if argv[:1] == ["--service"]:
         print(format_cpus(service_cores()))
+    elif argv[:1] == ["--gpu-groups"]:  # --gpu-groups SIZE GPU... : one group a line
+        print("\n".join(gpu_groups(argv[2:], int(argv[1]))))
     elif argv[:1] == ["--relay-nice"]:
         from common.settings import get_settings
 
@@ -185,4 +221,7 @@ def _main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    _main(sys.argv[1:])
+    try:
+        _main(sys.argv[1:])
+    except ValueError as exc:  # a layout that cannot be: say so, for the script that asked
+        sys.exit(f"worker.pinning: {exc}")

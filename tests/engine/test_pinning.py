@@ -9,8 +9,9 @@ import pytest
 
 from tests.support import ROOT
 from tests.support.waiting import wait_until
-from worker.pinning import (confine_to, format_cpus, lower_priority, parse_cpus, service_and_compute,
-                            split_cpus)
+from tests.support.settings import make_settings
+from worker.pinning import (confine_to, cpu_binding_env, format_cpus, gpu_groups, lower_priority,
+                            parallel_layout, parse_cpus, rank_cpus, service_and_compute, split_cpus)
 
 
 @pytest.mark.parametrize("cpus, workers", [(range(8), 3), (range(2), 2), ([0, 2, 4, 5, 6], 2), (range(16), 16)])
@@ -116,3 +117,28 @@ def test_lower_priority_never_raises_a_threads_priority():
 
 def test_cli_prints_the_relay_niceness():
     assert pinning_cli("--relay-nice", LLMQ_VLLM_RELAY_NICE="12") == "12"
+
+
+def test_a_parallel_vllm_worker_binds_each_rank_to_its_own_compute_cores():
+    env = cpu_binding_env({0, 1, 2, 3, 4}, reserved=1, ranks=2)
+    assert env == {"VLLM_CPU_OMP_THREADS_BIND": "1-2|3-4", "VLLM_CPU_NUM_OF_RESERVED_CPU": "1"}
+    assert cpu_binding_env({0, 1}, reserved=0) == {"VLLM_CPU_OMP_THREADS_BIND": "0-1",
+                                                   "VLLM_CPU_NUM_OF_RESERVED_CPU": "0"}
+    with pytest.raises(ValueError, match="4 parallel ranks need a compute core each; this worker has 2"):
+        rank_cpus({0, 1}, reserved=0, ranks=4)
+
+
+def test_gpus_are_grouped_per_worker_and_ragged_groups_refused():
+    assert gpu_groups([str(i) for i in range(8)], 4) == ["0,1,2,3", "4,5,6,7"]
+    assert gpu_groups(["0", "1"], 1) == ["0", "1"]
+    with pytest.raises(ValueError, match="3 GPUs cannot be split into groups of 2"):
+        gpu_groups(["0", "1", "2"], 2)
+
+
+def test_the_parallel_layout_names_each_ranks_gpu_or_cores(monkeypatch):
+    settings = make_settings(vllm_tensor_parallel_size=2, vllm_pipeline_parallel_size=2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    assert parallel_layout(settings, on_gpu=True) == {
+        "tensor_parallel": 2, "pipeline_parallel": 2, "ranks": ["cuda:4", "cuda:5", "cuda:6", "cuda:7"]}
+    on_cpu = parallel_layout(settings, on_gpu=False, cpus={0, 1, 2, 3, 4, 5, 6, 7})
+    assert on_cpu["ranks"] == ["cpus 0-1", "cpus 2-3", "cpus 4-5", "cpus 6-7"]

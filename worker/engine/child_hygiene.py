@@ -1,4 +1,4 @@
-"""Engine child processes die with their worker, SIGKILL included.
+"""Engine child processes die with their worker, SIGKILL included; and a worker dies with them.
 
 vLLM starts helper processes with `multiprocessing` (its EngineCore, its executor workers). A
 worker killed with SIGKILL runs no cleanup, so without help those children live on for minutes,
@@ -20,18 +20,33 @@ request: 28.3 against 25.5 ms).
 The kernel sends the signal when the *thread* that started the child ends, so engines are built
 on the worker's main thread (as `WorkerRuntime.build` does). Linux only; elsewhere `install()`
 does nothing.
+
+The other way round, an engine whose process (or any of its parallel ranks) dies cannot finish the
+jobs it holds: `exit_for_redelivery` ends the worker at once, as vLLM's server goes when its engine
+core does, so that the jobs' leases lapse and another worker runs them, rather than failing them.
 """
 from __future__ import annotations
 
+import atexit
 import ctypes
+import logging
 import multiprocessing
+import multiprocessing.connection
 import multiprocessing.util
 import os
 import signal
 import sys
+import threading
+from typing import Callable
 
+log = logging.getLogger(__name__)
 _PR_SET_PDEATHSIG = 1
 _installed = False
+EXIT_ENGINE_DIED = 70  # EX_SOFTWARE: what a supervisor sees when a worker left for this reason
+# Set at interpreter exit, before multiprocessing ends its children (atexit runs last-registered
+# first, and multiprocessing is imported above): an engine process ended that way is no crash.
+EXITING = threading.Event()
+atexit.register(EXITING.set)
 
 
 def die_with_parent(parent_pid: int) -> None:
@@ -87,3 +102,28 @@ def install() -> None:
 
     popen_spawn_posix.Popen._launch = launch
     _installed = True
+
+
+def exit_for_redelivery(what: str, held_jobs: int) -> None:
+    """The engine's process died under this worker: leave now (exit 70) so that the jobs it held
+    are redelivered to a live worker when their leases lapse."""
+    log.critical("%s; the worker exits so that its %d jobs are redelivered", what, held_jobs)
+    logging.shutdown()
+    os._exit(EXIT_ENGINE_DIED)
+
+
+def exit_when_any_ends(processes: list, what: str, held_jobs: Callable[[], int],
+                       expected: Callable[[], bool]) -> None:
+    """Watch `processes` (multiprocessing children) from a daemon thread; when one ends and
+    `expected()` is false (no close under way, no interpreter exit), `exit_for_redelivery`."""
+    if not processes:
+        return
+
+    def watch():
+        ended = multiprocessing.connection.wait([p.sentinel for p in processes])
+        if expected() or EXITING.is_set():
+            return
+        process = next(p for p in processes if p.sentinel == ended[0])
+        exit_for_redelivery(f"{what} {process.name} died (exit code {process.exitcode})", held_jobs())
+
+    threading.Thread(target=watch, name="engine-process-watch", daemon=True).start()

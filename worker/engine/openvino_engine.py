@@ -31,10 +31,6 @@ from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
 log = logging.getLogger(__name__)
 
 BLOCK_TOKENS = 32  # tokens per KV block of OpenVINO's CPU plugin
-# Set at interpreter exit, before multiprocessing ends its children (atexit runs last-registered
-# first, and child_hygiene imported multiprocessing above): a core ended that way is no crash.
-_EXITING = threading.Event()
-atexit.register(_EXITING.set)
 _PRECISIONS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
@@ -274,11 +270,9 @@ class OpenVINOEngine:
             try:
                 message = self.conn.recv()
             except (EOFError, OSError):
-                if not (self._closing or _EXITING.is_set()):
-                    log.critical("the OpenVINO core process died (exit code %s); the worker exits so "
-                                 "that its %d jobs are redelivered", self.process.exitcode, len(self.processor))
-                    logging.shutdown()
-                    os._exit(70)
+                if not (self._closing or child_hygiene.EXITING.is_set()):
+                    child_hygiene.exit_for_redelivery(
+                        f"the OpenVINO core process died (exit code {self.process.exitcode})", len(self.processor))
                 return
             self._received.put(message)
             self._wake()

@@ -12,16 +12,18 @@ installs and runs without it. Tests pass a fake `core` to check the adaptation o
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import time
 from typing import Any
 
 from common.schemas import FinishReason
+from worker.engine import child_hygiene
 from worker.engine.detokenizer import Decoder, load_tokenizer
 from worker.engine.output import OutputProcessor
 from worker.engine.protocol import EngineStats
 from worker.engine.sequence import EngineRequest, RequestOutput, Sampling
-from worker.pinning import cpu_binding_env, relay_delay_s
+from worker.pinning import cpu_binding_env, parallel_layout, relay_delay_s
 
 log = logging.getLogger(__name__)
 
@@ -72,19 +74,27 @@ def build_vllm_core(model_path: str, settings) -> Any:
     import torch
 
     on_gpu = torch.cuda.is_available()
+    ranks = settings.vllm_tensor_parallel_size * settings.vllm_pipeline_parallel_size
     if not on_gpu:
-        os.environ.update(cpu_binding_env(os.sched_getaffinity(0), settings.vllm_cpu_reserved_cores))
-    from worker.engine import child_hygiene
-
+        os.environ.update(cpu_binding_env(os.sched_getaffinity(0), settings.vllm_cpu_reserved_cores, ranks))
     child_hygiene.install()
     from vllm import EngineArgs, LLMEngine as VllmLLMEngine
+    from vllm.config import StructuredOutputsConfig
 
     kv_bytes = None if on_gpu else settings.kv_cache_mb * 2**20
     args = EngineArgs(model=str(model_path), dtype=vllm_dtype(settings.dtype),
                       max_model_len=settings.max_model_len, max_num_seqs=settings.max_batch_size,
                       gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
                       kv_cache_memory_bytes=kv_bytes, enable_prefix_caching=settings.prefix_cache_mb > 0,
-                      enforce_eager=settings.vllm_enforce_eager, seed=0, disable_log_stats=True)
+                      enforce_eager=settings.vllm_enforce_eager, seed=0, disable_log_stats=True,
+                      tensor_parallel_size=settings.vllm_tensor_parallel_size,
+                      pipeline_parallel_size=settings.vllm_pipeline_parallel_size,
+                      # one process per rank, started (and bound to the worker) by vLLM's executor
+                      distributed_executor_backend="mp" if ranks > 1 else None,
+                      # JSON answers compact, as the other engines write them: the same text, and
+                      # no run of whitespace for a weak model to spend its max_tokens on (vLLM
+                      # reads this per engine, not per request)
+                      structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True))
     return VllmLLMEngine.from_engine_args(args)
 
 
@@ -104,14 +114,26 @@ class VLLMEngine:
 
     def __init__(self, model_path, settings=None, *, core: Any = None, tokenizer: Decoder | None = None,
                  sampling_params=vllm_sampling_params):
+        layout = None
         if core is None:
+            import torch
+
             started = time.monotonic()
-            log.info("starting vLLM on %s (dtype %s, KV %s MB); this takes 20-90 s", model_path,
-                     vllm_dtype(settings.dtype), settings.kv_cache_mb)
+            layout = parallel_layout(settings, on_gpu=torch.cuda.is_available())
+            log.info("starting vLLM on %s (dtype %s, KV %s MB, tensor parallel %d x pipeline parallel "
+                     "%d, ranks on %s); this takes 20-90 s", model_path, vllm_dtype(settings.dtype),
+                     settings.kv_cache_mb, layout["tensor_parallel"], layout["pipeline_parallel"],
+                     ", ".join(layout["ranks"]))
+            before = set(multiprocessing.active_children())
             core = build_vllm_core(model_path, settings)
             log.info("vLLM ready in %.1f s: %s", time.monotonic() - started, describe_core(core))
+            # vLLM's engine core: when it (or a rank it runs) dies, nothing here can finish a job
+            child_hygiene.exit_when_any_ends([p for p in multiprocessing.active_children() if p not in before],
+                                             "vLLM's engine process", lambda: len(self.processor),
+                                             expected=lambda: self._closing)
+        self._closing = False
         self.core = core
-        self.info = describe_core(core)
+        self.info = describe_core(core) | ({"parallel": layout} if layout else {})
         self.tokenizer = tokenizer or load_tokenizer(model_path)
         self.sampling_params = sampling_params
         self.stats = EngineStats()
@@ -166,7 +188,12 @@ class VLLMEngine:
         return self._outputs_queue is not None and self._outputs_queue.empty()
 
     def close(self) -> None:
-        """vLLM ends its engine core itself when the worker exits (child_hygiene binds it too)."""
+        """Stop vLLM's engine core (and its ranks) now: the worker calls this once its jobs are
+        done. Without it vLLM stops them itself at interpreter exit (child_hygiene binds them too)."""
+        self._closing = True
+        shutdown = getattr(getattr(self.core, "engine_core", None), "shutdown", None)
+        if shutdown is not None:
+            shutdown()
 
     # --- the step ---------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
@@ -176,6 +203,8 @@ class VLLMEngine:
         try:
             results = self.core.step()
         except Exception as exc:  # engine-level failure: fail every in-flight request
+            if type(exc).__name__ == "EngineDeadError" and not self._closing:  # a process of it died
+                child_hygiene.exit_for_redelivery(f"vLLM's engine died ({exc})", len(self.processor))
             log.exception("vLLM step failed; failing %d requests", len(self.processor))
             return outputs + self.fail_all(f"engine error: {exc}")
         results = [r for r in results if r.request_id in self.processor]
