@@ -220,8 +220,12 @@ class JobStore:
         value = self.r.hget(self.keys.job(job_id), "status")
         return JobStatus(value) if value else None
 
-    def cancel_requested(self, job_id: str) -> bool:
-        return self.r.hget(self.keys.job(job_id), "cancel_requested") == "1"
+    def cancels_requested(self, job_ids: list[str]) -> list[str]:
+        """Those of `job_ids` whose cancel was asked for (one round trip for all)."""
+        pipe = self.r.pipeline(transaction=False)
+        for job_id in job_ids:
+            pipe.hget(self.keys.job(job_id), "cancel_requested")
+        return [job_id for job_id, flag in zip(job_ids, pipe.execute()) if flag == "1"]
 
     def queue_position(self, record: dict[str, Any]) -> int | None:
         """Queued jobs that will start before this one, in the fair queue's order (a coalesced

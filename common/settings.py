@@ -59,7 +59,8 @@ class Settings(BaseSettings):
                                     "step (a single longer prompt still runs alone)")
     cpus: str | None = Field(None, description="CPU set for the worker, e.g. '0-1' or '0,2'")
     torch_threads: int | None = None
-    cancel_poll_s: float = 0.1
+    cancel_poll_s: float = Field(0.1, gt=0, description="how often a worker looks for cancels of the "
+                                                    "jobs it runs (one read for all of them)")
     heartbeat_s: float = 5.0
     max_attempts: int = Field(3, description="deliveries of one job before it is failed as poison")
 

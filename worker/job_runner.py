@@ -26,6 +26,7 @@ from common.result_cache import ResultCache
 from common.schemas import FinishReason, JobStatus
 from common.settings import Settings
 from common.token_log import ChunkWrite
+from worker.cancel_watch import CancelWatch
 from worker.engine.loop import EngineLoop, RequestStream
 from worker.engine.sequence import EngineRequest, RequestOutput, ResponseFormat, Sampling
 from worker.lease import Leases, lease_ttl
@@ -71,6 +72,15 @@ def engine_sampling(sampling: dict) -> Sampling:
     return Sampling(**{**sampling, "stop": tuple(sampling.get("stop", ())), "response_format": fmt})
 
 
+IDLE_WAKE_S = 1.0  # a job with nothing new still wakes this often (text held back by a Redis outage)
+
+
+def _wait_s(deadline: float | None) -> float:
+    """How long a job thread may wait for its next output: until its run deadline, at most
+    IDLE_WAKE_S (a cancel wakes it at once)."""
+    return IDLE_WAKE_S if deadline is None else max(0.0, min(IDLE_WAKE_S, deadline - time.monotonic()))
+
+
 class JobRunner:
     def __init__(self, store: JobStore, loop: EngineLoop, worker_name: str, settings: Settings,
                  leases: Leases | None = None, metrics: WorkerMetrics | None = None,
@@ -86,6 +96,7 @@ class JobRunner:
         self.settings = settings
         self.lease_ttl_s = lease_ttl(settings)
         self.leases = leases or Leases(store, worker_name, self.lease_ttl_s)
+        self.cancels = CancelWatch(store, settings.cancel_poll_s)
 
     def run_ticket(self, ticket: str, queue: str) -> dict:
         """Run the job a Celery message is a ticket for: the fairest queued job of `queue` when
@@ -154,17 +165,20 @@ class JobRunner:
         progress = _Progress(prompt_tokens=len(request["prompt_token_ids"]))
         run_timeout = record.get("run_timeout_s") or self.settings.run_timeout_s
         deadline = time.monotonic() + run_timeout if run_timeout else None
-        next_poll = time.monotonic() + self.settings.cancel_poll_s
         hold_until = 0.0  # the first text goes out at once; later text gathers for the interval
-        while progress.finish is None:
-            self._collect(stream, progress, hold_until)
-            if self._publish(job_id, attempt, progress):  # that write read the cancel flag
-                next_poll = time.monotonic() + self.settings.cancel_poll_s
-                hold_until = time.monotonic() + self.settings.stream_interval_ms / 1000
-            elif time.monotonic() >= next_poll:  # no write lately (prefill, Redis away): look
-                next_poll = time.monotonic() + self.settings.cancel_poll_s
-                self._poll_cancel(job_id, progress)
-            self._stop_if_due(job_id, progress, deadline)
+
+        def on_cancel() -> None:  # between writes, the worker's one watcher looks (cancel_watch)
+            progress.cancel_asked = True
+            stream.poke()
+        self.cancels.watch(job_id, on_cancel)
+        try:
+            while progress.finish is None:
+                self._collect(stream, progress, hold_until, _wait_s(deadline))
+                if self._publish(job_id, attempt, progress):  # that write read the cancel flag too
+                    hold_until = time.monotonic() + self.settings.stream_interval_ms / 1000
+                self._stop_if_due(job_id, progress, deadline)
+        finally:
+            self.cancels.forget(job_id)
         self._retrying(lambda: self._publish(job_id, attempt, progress, raise_errors=True))
         out = progress.finish
         if self.meter and out.finish_reason in (FinishReason.STOP, FinishReason.LENGTH):
@@ -202,16 +216,10 @@ class JobRunner:
             progress.aborted = True
             self.loop.abort(job_id)
 
-    def _poll_cancel(self, job_id: str, progress: _Progress) -> None:
-        try:
-            progress.cancel_asked = progress.cancel_asked or self.store.cancel_requested(job_id)
-        except redis.RedisError:
-            pass  # Redis is away; look again next time
-
-    def _collect(self, stream: RequestStream, progress: _Progress, hold_until: float) -> None:
-        """Take the outputs that came, waiting for one; before `hold_until` they gather in the
-        stream, so that one write relays them all (see `stream_interval_ms`)."""
-        for output in stream.take(self.settings.cancel_poll_s, hold_until):
+    def _collect(self, stream: RequestStream, progress: _Progress, hold_until: float, wait_s: float) -> None:
+        """Take the outputs that came, waiting up to `wait_s` for one; before `hold_until` they
+        gather in the stream, so that one write relays them all (see `stream_interval_ms`)."""
+        for output in stream.take(wait_s, hold_until):
             progress.pending += output.text
             progress.completion_tokens = output.completion_tokens
             progress.batch_size_max = max(progress.batch_size_max, output.batch_size)

@@ -108,7 +108,7 @@ def test_a_cancel_is_learnt_from_the_chunk_writes_themselves(store, settings):
     job = queue_job(store, max_tokens=400)
     job_runner, _ = make_runner(store, settings, {job: "x" * 400}, delay=0.01)
     polls = []
-    job_runner.store.cancel_requested = lambda job_id: polls.append(job_id) or False
+    job_runner.store.cancels_requested = lambda job_ids: polls.append(job_ids) or []
     ran = threading.Thread(target=job_runner.run, args=(job,))
     ran.start()
     wait_until(lambda: store.log.chunks_written(job) >= 5, 10)

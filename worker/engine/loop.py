@@ -31,12 +31,19 @@ class RequestStream:
         self._outputs: collections.deque[RequestOutput] = collections.deque()
         self._ready = threading.Condition()
         self._wake_from = 0.0  # monotonic time from which a new output wakes the reader
+        self._poked = False  # the reader has something to look at besides outputs
 
     def put(self, output: RequestOutput) -> None:
         with self._ready:
             self._outputs.append(output)
             if output.finished or time.monotonic() >= self._wake_from:
                 self._ready.notify()
+
+    def poke(self) -> None:
+        """Wake the reader now, outputs or not: its `take` returns (a cancel to act on)."""
+        with self._ready:
+            self._poked = True
+            self._ready.notify()
 
     def get(self, timeout: float) -> RequestOutput | None:
         """The next output, or None if none came within `timeout` seconds."""
@@ -52,14 +59,15 @@ class RequestStream:
     def take(self, timeout: float, hold_until: float = 0.0) -> list[RequestOutput]:
         """Every output there, once one is and `hold_until` (a `time.monotonic()` time) has
         passed, or at once when one of them ends the request; [] if none is due within `timeout`
-        seconds (what came meanwhile stays, for the next call)."""
+        seconds or once `poke`d (what came meanwhile stays, for the next call)."""
         end = time.monotonic() + timeout
         with self._ready:
             self._wake_from = hold_until
             try:
                 while not (self._outputs and (self._outputs[-1].finished or time.monotonic() >= hold_until)):
                     now = time.monotonic()
-                    if now >= end:
+                    if now >= end or self._poked:
+                        self._poked = False
                         return []
                     self._ready.wait((min(end, hold_until) if hold_until > now else end) - now)
             finally:
