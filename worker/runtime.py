@@ -24,6 +24,7 @@ from worker.lease import Leases, lease_ttl
 from worker.load_meter import LoadMeter
 
 log = logging.getLogger(__name__)
+REDIS_CONNECTIONS = 16  # a worker's sockets to Redis for its jobs (Celery's broker has its own)
 
 
 class WorkerRuntime:
@@ -35,8 +36,10 @@ class WorkerRuntime:
         self.loop = loop
         self.engine_kind = engine_kind
         self.name = f"{socket.gethostname()}:{os.getpid()}"
-        # webhooks are only queued here (for `python -m worker.control`): generation never waits
-        self.stores = Stores(settings)
+        # webhooks are only queued here (for `python -m worker.control`): generation never waits.
+        # Every held job writes through one pool of a few sockets: its commands are short, and a
+        # socket per job would cost Redis a client per held job across the whole fleet
+        self.stores = Stores(settings, wait_for_connection_s=5, max_connections=REDIS_CONNECTIONS)
         self.keys, self.redis, self.store = self.stores.keys, self.stores.redis, self.stores.store
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})

