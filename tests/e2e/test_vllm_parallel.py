@@ -55,6 +55,9 @@ def test_health_shows_the_parallel_layout_and_each_rank_computes_on_its_own_core
     (info,) = detail()
     cpus = sorted(os.sched_getaffinity(0))
     assert info["engine"] == "vllm"
+    # the KV budget is the worker's, split over its ranks (vLLM's own setting is per rank)
+    bytes_per_token = 24 * 2 * 2 * 64 * {"bfloat16": 2, "float32": 4}[info["dtype"]]  # layers, K+V, KV heads, dim
+    assert 0.9 * 256 * 2**20 <= info["kv_capacity_tokens"] * bytes_per_token <= 256 * 2**20
     assert info["parallel"] == {"tensor_parallel": 2, "pipeline_parallel": 1,
                                 "ranks": [f"cpus {cpus[0]}", f"cpus {cpus[1]}"]}
     ranks = ranks_of(worker.proc.pid)

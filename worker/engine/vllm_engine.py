@@ -81,7 +81,9 @@ def build_vllm_core(model_path: str, settings) -> Any:
     from vllm import EngineArgs, LLMEngine as VllmLLMEngine
     from vllm.config import StructuredOutputsConfig
 
-    kv_bytes = None if on_gpu else settings.kv_cache_mb * 2**20
+    # vLLM's KV memory is per rank, each holding its share of the heads (or layers): divided, the
+    # worker's budget stays the worker's, whatever its layout
+    kv_bytes = None if on_gpu else settings.kv_cache_mb * 2**20 // ranks
     args = EngineArgs(model=str(model_path), dtype=vllm_dtype(settings.dtype),
                       max_model_len=settings.max_model_len, max_num_seqs=settings.max_batch_size,
                       gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
