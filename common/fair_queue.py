@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import redis
 
@@ -35,6 +36,15 @@ from common.schemas import PRIORITY_LEVELS, JobStatus
 
 ANONYMOUS = "~anon"  # '~' is not allowed in key ids, so no key can collide with it
 LEVELS = sorted(set(PRIORITY_LEVELS.values()))
+
+
+class Pick(NamedTuple):
+    job_id: str | None
+    how: str  # 'picked', 'resumed' (a redelivered ticket's own job), or 'capped'
+    priority: str = ""
+
+
+CAPPED = Pick(None, "capped")  # only batch jobs wait, and the worker has no room for one more
 
 
 @dataclass(frozen=True)
@@ -63,17 +73,22 @@ class FairQueue:
         self.job_ttl_s = job_ttl_s
         self._pick = script(client, "fair_pick")
 
-    def pick(self, queue: str, ticket: str, worker: str = "") -> tuple[str, str] | None:
-        """The job this ticket runs: (job id, 'picked') for the fairest queued job, (job id,
-        'resumed') when this ticket already took one (a redelivery), None when nothing waits.
-        In the same step the job is recorded as held by `worker` (until `release`), so the API's
-        ETAs see a slot taken at once, not at the next heartbeat."""
+    def pick(self, queue: str, ticket: str, worker: str = "", batch_room: int | None = None) -> Pick | None:
+        """The job this ticket runs: `Pick(job id, 'picked', priority)` for the fairest queued
+        job, 'resumed' when this ticket already took one (a redelivery), None when nothing waits.
+        With `batch_room` (how many more batch jobs this worker may take now) at 0, batch jobs
+        stay queued: `CAPPED` if some wait. In the same step the job is recorded as held by
+        `worker` (until `release`), so the API's ETAs see a slot taken at once, not at the next
+        heartbeat."""
         levels = [key for level in LEVELS
                   for key in (self.keys.fair_owners(queue, level), self.keys.fair_meta(queue, level))]
         result = self._pick(keys=[self.keys.ticket(ticket), self.keys.queued, self.keys.held, *levels],
                             args=[self.keys.job(""), self.job_ttl_s, worker,
+                                  "" if batch_room is None else batch_room,
                                   *(self.keys.fair_jobs(queue, level, "") for level in LEVELS)])
-        return (result[0], result[1]) if result else None
+        if not result:
+            return None
+        return CAPPED if result[1] == "capped" else Pick(*result)
 
     def release(self, job_id: str, worker: str) -> None:
         """The worker let go of a job it picked (it ended, or another worker holds it now)."""

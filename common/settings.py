@@ -194,6 +194,13 @@ class Settings(BaseSettings):
                                   "not done this long after creation expires (tests shorten it)")
     batch_ttl_s: int = Field(30 * 86400, ge=60, description="how long batch records are kept after they end")
     batch_poll_s: float = Field(1.0, gt=0, description="how often a batch's progress is collected")
+    batch_max_share: float = Field(
+        0.5, gt=0, le=1, description="share of a worker's slots batch lines may hold while interactive "
+                                     "jobs run there (or did within batch_yield_window_s); the other "
+                                     "slots wait free for them; 1: batch lines may take every slot")
+    batch_yield_window_s: float = Field(
+        10.0, ge=0, description="how long after its last interactive job a worker keeps slots free "
+                                "of batch lines")
     batch_cancel_grace_s: float = Field(60.0, ge=0, description="how long a cancelling batch waits for its "
                                         "running lines to stop before it records them as cancelled")
 

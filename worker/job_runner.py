@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,12 +21,14 @@ from typing import TypeVar
 
 import redis
 
+from common.fair_queue import CAPPED, Pick
 from common.jobs import Claim, Claimed, JobStore
 from common.logs import job_context
 from common.result_cache import ResultCache
 from common.schemas import FinishReason, JobStatus
 from common.settings import Settings
 from common.token_log import ChunkWrite
+from worker.batch_yield import BatchYield
 from worker.cancel_watch import CancelWatch
 from worker.engine.loop import EngineLoop, RequestStream
 from worker.engine.sequence import EngineRequest, RequestOutput, ResponseFormat, Sampling
@@ -72,6 +75,7 @@ def engine_sampling(sampling: dict) -> Sampling:
     return Sampling(**{**sampling, "stop": tuple(sampling.get("stop", ())), "response_format": fmt})
 
 
+CAPPED_WAIT_S = 0.1  # a ticket waiting for batch room looks again at least this often
 IDLE_WAKE_S = 1.0  # a job with nothing new still wakes this often (text held back by a Redis outage)
 
 
@@ -97,23 +101,55 @@ class JobRunner:
         self.lease_ttl_s = lease_ttl(settings)
         self.leases = leases or Leases(store, worker_name, self.lease_ttl_s)
         self.cancels = CancelWatch(store, settings.cancel_poll_s)
+        self.batch_yield = BatchYield(settings.max_batch_size, settings.batch_max_share,
+                                      settings.batch_yield_window_s)
+        self._stopping = threading.Event()
 
     def run_ticket(self, ticket: str, queue: str) -> dict:
         """Run the job a Celery message is a ticket for: the fairest queued job of `queue` when
         a slot is free (common/fair_queue.py), or, for a redelivered message, the job it took
         before. A ticket that finds nothing queued has nothing to do."""
-        picked = self._retrying(lambda: self.store.fair.pick(queue, ticket, self.worker_name))
+        picked = self._pick(ticket, queue)
         if picked is None:
             return {"job_id": None, "status": "idle"}
-        job_id, _ = picked
+        if picked is CAPPED:  # the worker stops while this ticket waits for batch room
+            return {"job_id": None, "status": "requeue"}
+        job_id = picked.job_id
         try:
             with job_context(job_id):
                 return self.run(job_id)
         finally:
+            self.batch_yield.done(picked.priority)
             try:
                 self.store.fair.release(job_id, self.worker_name)
             except redis.RedisError:
                 log.warning("could not record that job %s was let go", job_id, exc_info=True)
+
+    def _pick(self, ticket: str, queue: str) -> Pick | None:
+        """The ticket's job; while only batch lines wait and batch work may take no more of this
+        worker's slots (worker/batch_yield.py), wait with the slot free until that changes.
+        CAPPED only when the worker stops meanwhile."""
+        def pick() -> Pick | None:
+            room, picked = self.batch_yield.before_pick(), None
+            try:
+                picked = self._retrying(lambda: self.store.fair.pick(queue, ticket, self.worker_name, room))
+                return picked
+            finally:
+                self.batch_yield.after_pick(room, picked.priority if picked and picked.job_id else None)
+        picked = pick()
+        if picked is not CAPPED:
+            return picked
+        with self.batch_yield.waiting_line():
+            while not self._stopping.is_set():
+                picked = pick()
+                if picked is not CAPPED:
+                    return picked
+                self.batch_yield.wait_for_room(CAPPED_WAIT_S)
+        return CAPPED
+
+    def stop_waiting(self) -> None:
+        """The worker stops: tickets waiting for batch room go back to the queue."""
+        self._stopping.set()
 
     def run(self, job_id: str) -> dict:
         if self._retrying(lambda: self.store.expire_if_overdue(job_id)):

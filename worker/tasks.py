@@ -2,6 +2,9 @@
 that the worker's job runner turns into a job run."""
 from __future__ import annotations
 
+from celery.exceptions import Reject
+from celery.signals import worker_shutting_down
+
 from common.celery_app import TASK_TICKET, TASK_TICKET_BEFORE_RENAME, make_celery
 from common.settings import get_settings
 from worker.job_runner import JobRunner
@@ -27,7 +30,15 @@ def run_ticket(self, job_id: str, model: str) -> dict:
     it. The return value (Flower shows it, from the `task-succeeded` event) carries no job id, so
     `private_task_events` stays private."""
     result = job_runner().run_ticket(self.request.id, get_runtime().queue)
+    if result["status"] == "requeue":  # it waited for batch room as the worker stopped: not used
+        raise Reject("the worker stops; the ticket goes back to the queue", requeue=True)
     return {"status": result["status"], "finish_reason": result.get("finish_reason")}
+
+
+@worker_shutting_down.connect
+def _stop_waiting_tickets(**_) -> None:
+    if _job_runner is not None:
+        _job_runner.stop_waiting()
 
 
 _OPTIONS = {"bind": True, "acks_late": True, "reject_on_worker_lost": True}

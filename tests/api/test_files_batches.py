@@ -150,7 +150,7 @@ def test_batch_lines_wait_below_interactive_jobs_and_outside_the_queue_bound(api
     resp = client.post("/v1/jobs", json={"prompt": "Hi", "max_tokens": 4, "priority": "low", "cache": False})
     assert resp.status_code == 202, resp.get_json()  # the batch's 8 lines do not fill the bound
     assert resp.get_json()["queue_position"] == 1  # next: ahead of all of them
-    picked, _ = svc.store.fair.pick(job["queue"], "ticket-1")
+    picked = svc.store.fair.pick(job["queue"], "ticket-1").job_id
     assert picked == resp.get_json()["id"]
 
 

@@ -112,7 +112,19 @@ def test_cancelled_jobs_leave_and_tickets_resume_what_they_took(store):
     assert store.request_cancel(second) == "cancelled"
     assert position(store, third) == 1
     ticket = uuid.uuid4().hex
-    assert store.fair.pick(QUEUE, ticket) == (first, "picked")
-    assert store.fair.pick(QUEUE, ticket) == (first, "resumed")  # a redelivered message: same job
+    assert store.fair.pick(QUEUE, ticket)[:2] == (first, "picked")
+    assert store.fair.pick(QUEUE, ticket)[:2] == (first, "resumed")  # a redelivered message: same job
     assert pick(store) == third
     assert pick(store) is None  # the cancelled job's ticket finds nothing to do
+
+
+def test_a_worker_without_batch_room_leaves_batch_lines_queued_but_takes_interactive_jobs(store):
+    from common.fair_queue import CAPPED
+
+    line = queue_job(store, "batcher", priority="batch")
+    assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=0) == CAPPED
+    assert position(store, line) == 0  # still queued, first in line
+    urgent = queue_job(store, "someone", priority="low")
+    assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=0)[:3] == (urgent, "picked", "low")
+    assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=1)[:3] == (line, "picked", "batch")
+    assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=0) is None  # nothing waits
