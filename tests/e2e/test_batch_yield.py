@@ -6,7 +6,6 @@ import signal
 import time
 
 import pytest
-import requests
 
 from api import create_app
 from tests.support.batches import chat_line, create_batch, upload, wait_batch
