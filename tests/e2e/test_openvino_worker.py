@@ -64,9 +64,10 @@ def test_kill_9_leaves_no_core_process_and_the_job_is_redelivered(ov_stack, star
     job = submit(url, **COUNTING)
     kill_9_mid_job(url, worker, job["id"])
 
-    start_worker(settings)  # the next worker takes the job over
+    other = start_worker(settings)  # the next worker takes the job over
     final = wait_for_job(url, job["id"], timeout=300)
     assert final["status"] == "succeeded" and final["attempts"] == 2, final
+    other.stop()  # the next test's job must go to the worker it stops, not to this one
 
 
 def test_sigterm_to_the_worker_and_its_core_lets_the_running_job_finish(ov_stack, start_worker):
