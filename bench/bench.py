@@ -92,15 +92,17 @@ def baseline_request(url: str, prompt: str, max_tokens: int) -> Sample:
 _MODEL_IDS: dict[str, str] = {}
 
 
-def openai_request(url: str, prompt: str, max_tokens: int) -> Sample:
-    """OpenAI-style streaming chat completion of the server's (first) model. Tokens are the
-    usage the server reports in its last chunk, or one per content delta where it reports none."""
+def openai_request(url: str, prompt: str, max_tokens: int, system: str | None = None) -> Sample:
+    """OpenAI-style streaming chat completion of the server's (first) model, after a `system`
+    message where given. Tokens are the usage the server reports in its last chunk, or one per
+    content delta where it reports none."""
     if url not in _MODEL_IDS:
         _MODEL_IDS[url] = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
+    messages = [{"role": "system", "content": system}] if system else []
     t0 = time.perf_counter()
     sample, deltas, usage = Sample(ok=False), 0, None
     with requests.post(f"{url}/v1/chat/completions", stream=True, timeout=3600, json={
-            "model": _MODEL_IDS[url], "messages": [{"role": "user", "content": prompt}],
+            "model": _MODEL_IDS[url], "messages": [*messages, {"role": "user", "content": prompt}],
             "max_tokens": max_tokens, "temperature": 0, "stream": True,
             "stream_options": {"include_usage": True}}) as resp:
         for event in iter_sse(resp.iter_lines(chunk_size=None)):
@@ -257,6 +259,9 @@ def main() -> None:
     parser.add_argument("--min-requests", type=int, default=8,
                         help="with --openai: at least this many requests per turn, however few the "
                              "clients (a single client's two requests are too few to measure)")
+    parser.add_argument("--long-prompts", action="store_true",
+                        help="with --openai: TTFT of unique ~1,500-token system prompts at 1 and 8 clients, "
+                             "and 8 decoding streams' tokens/s beside them (bench/long_prompts.py)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
                         help="with --openai: one more llmq-on-vLLM stack, named llmq-NAME, with these "
                              "settings changed (an A/B of a setting in one interleaved run); repeatable")
@@ -328,10 +333,19 @@ def compare(args) -> None:
             # (vLLM compiles for it), and that belongs to start-up, not to the first round
             drive(openai_request, server.url, batch, 1, 16, first_prompt=10_000)
             time.sleep(args.settle_s)
-        results = interleaved(servers, args)
+        if args.long_prompts:
+            from bench import long_prompts
+
+            long_results = long_prompts.run(servers, args)
+        else:
+            results = interleaved(servers, args)
     finally:
         for server in servers.values():
             server.stop()
+    if args.long_prompts:
+        long_prompts.print_table(long_results)
+        write_compare(args, long_results)
+        return
     print(f"\n{'server':15s} | " + " | ".join(f"{c:>3} clients tok/s (p95 TTFT)" for c in args.levels))
     for name, rows in results.items():
         print(f"{name:15s} | " + " | ".join(f"{r['tokens_per_s']:>12.1f} ({r['ttft_p95']:.2f} s){'':5s}"
