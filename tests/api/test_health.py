@@ -65,8 +65,14 @@ def test_a_killed_worker_drops_out_once_its_heartbeat_is_stale(start_worker, mod
     worker = start_worker(settings)
     server = LiveServer(create_app(settings))
     try:
-        body = requests.get(f"{server.url}/health", params={"deep": "1"}, timeout=10).json()
-        assert body["status"] == "ok" and len(body["workers"]) == 1
+        seen = {}
+
+        def deep_ok():  # a ping can miss its 1 s timeout on a loaded machine, which says degraded
+            seen.update(requests.get(f"{server.url}/health", params={"deep": "1"}, timeout=10).json())
+            return seen["status"] == "ok"
+        wait_until(deep_ok, 10, interval=0.2)
+        body = seen
+        assert len(body["workers"]) == 1
         assert any(worker.name in name for name in body["celery_workers"])
         worker.kill()
         wait_until(lambda: not requests.get(f"{server.url}/health", timeout=10).json()["workers"], 10,
