@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 
 import psutil
 
-from common.settings import Settings
+from common.settings import Settings, subprocess_env
 
 ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["Count from one to fifty in words, one per line.", "List every month of the year, with a fact each.",
@@ -47,13 +47,6 @@ def footprint(worker_pid: int, redis_port: int) -> dict:
             "engine_cpu_s": engine_cpu}
 
 
-def worker_env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMQ_")}
-    env.update({f"LLMQ_{name.upper()}": str(value) for name, value in settings.model_dump().items()
-                if value is not None})
-    return {**env, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
-
-
 def hold(settings: Settings, jobs: int, max_tokens: int, log_path: Path, timeout: float = 900) -> dict:
     """Queue `jobs` jobs, start a worker of batch `jobs`, let it run them all; its footprint at
     its fullest, the largest batch one step saw, and how the jobs ended."""
@@ -68,7 +61,8 @@ def hold(settings: Settings, jobs: int, max_tokens: int, log_path: Path, timeout
         assert reply.status_code == 202, reply.get_json()
         ids.append(reply.get_json()["id"])
     cmd = [sys.executable, "-m", "worker", "--concurrency", str(jobs), "--name", f"held-{uuid.uuid4().hex[:6]}@%h"]
-    proc = subprocess.Popen(cmd, cwd=ROOT, env=worker_env(settings), stdout=open(log_path, "w"),
+    env = {**subprocess_env(settings, os.environ), "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=open(log_path, "w"),
                             stderr=subprocess.STDOUT)
     redis_port = urlparse(settings.redis_url).port or 6379
     peak: dict = {}

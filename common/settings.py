@@ -205,6 +205,15 @@ class Settings(BaseSettings):
                                         "running lines to stop before it records them as cancelled")
 
 
+def subprocess_env(settings: Settings, base: dict[str, str]) -> dict[str, str]:
+    """`base` (an environment) with its LLMQ_* variables replaced by `settings`: what makes a
+    process started with it see these settings."""
+    env = {k: v for k, v in base.items() if not k.startswith("LLMQ_")}
+    env.update({f"LLMQ_{name.upper()}": str(value) for name, value in settings.model_dump().items()
+                if value is not None})
+    return env
+
+
 @lru_cache(maxsize=1)
 def get_settings() -> Settings:
     return Settings()

@@ -17,8 +17,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from contextlib import contextmanager
-from typing import Callable, Iterator
+from typing import Callable
 
 
 class BatchYield:
@@ -31,7 +30,7 @@ class BatchYield:
         self._interactive_held = 0
         self._interactive_seen_at = -math.inf
         self._room = threading.Condition()
-        self._waiting_line = threading.Lock()  # one capped ticket looks again at a time
+        self.waiting_line = threading.Lock()  # one capped ticket looks again at a time
 
     def batch_room(self) -> int | None:
         """How many more batch lines this worker may take now; None: as many as it has slots."""
@@ -75,11 +74,6 @@ class BatchYield:
         if self.uncapped or not interactive:
             return None
         return max(0, self.batch_slots - self._batch_held)
-
-    @contextmanager
-    def waiting_line(self) -> Iterator[None]:
-        with self._waiting_line:
-            yield
 
     def wait_for_room(self, timeout: float) -> None:
         """Until a job held here ends, or `timeout` (interactive work may arrive meanwhile, and

@@ -139,7 +139,7 @@ class JobRunner:
         picked = pick()
         if picked is not CAPPED:
             return picked
-        with self.batch_yield.waiting_line():
+        with self.batch_yield.waiting_line:
             while not self._stopping.is_set():
                 picked = pick()
                 if picked is not CAPPED:

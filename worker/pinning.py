@@ -121,9 +121,9 @@ def cpu_binding_env(cpus: set[int], reserved: int, ranks: int = 1) -> dict[str, 
     machine, the API and Redis. Reserving a core spares the lock-step matrix work from preemption
     but takes a whole core from it, which costs more on small workers; so by default nothing is
     reserved (docs/vllm-on-cpu.md)."""
-    per_rank = rank_cpus(cpus, reserved, ranks)
-    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(per_rank),
-            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(len(cpus) - sum(len(parse_cpus(s)) for s in per_rank))}
+    _, compute = service_and_compute(cpus, reserved)
+    return {"VLLM_CPU_OMP_THREADS_BIND": "|".join(rank_cpus(cpus, reserved, ranks)),
+            "VLLM_CPU_NUM_OF_RESERVED_CPU": str(len(cpus) - len(compute))}
 
 
 def gpu_groups(gpus: list[str], size: int) -> list[str]:

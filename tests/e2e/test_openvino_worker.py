@@ -11,10 +11,9 @@ import signal
 import pytest
 import requests
 
-from api import create_app
 from tests.support.jobs import submit
 from tests.support.processes import kill_9_mid_job
-from tests.support.servers import LiveServer
+from tests.support.servers import worker_beside_api
 from tests.support.settings import make_settings
 from tests.support.waiting import wait_for_job, wait_until
 
@@ -28,10 +27,8 @@ COUNTING = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "max_tokens": 400, "temp
 def ov_stack(start_worker):
     settings = make_settings(engine="auto", max_batch_size=4, kv_cache_mb=256, visibility_timeout_s=4,
                              broker_restore_interval_s=1)
-    worker = start_worker(settings)
-    server = LiveServer(create_app(settings))
-    yield settings, worker, server.url
-    server.stop()
+    with worker_beside_api(start_worker, settings) as (worker, url):
+        yield settings, worker, url
 
 
 def test_auto_picks_openvino_on_a_cpu_and_health_says_so(ov_stack):

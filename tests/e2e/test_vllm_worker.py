@@ -18,8 +18,8 @@ from api import create_app
 from common.api_keys import hash_key
 from tests.support.jobs import chunks_text, read_stream, submit
 from tests.support.processes import kill_9_mid_job
-from tests.support.servers import LiveServer
-from tests.support.settings import cleanup_namespace, make_settings
+from tests.support.servers import worker_beside_api
+from tests.support.settings import make_settings
 from tests.support.waiting import wait_for_job
 from worker.pinning import service_and_compute
 
@@ -37,12 +37,9 @@ def vllm_stack(start_worker, model_ref):
     settings = make_settings(engine="vllm", dtype="float32", kv_cache_mb=256, max_model_len=2048,
                              max_batch_size=SLOTS, vllm_enforce_eager=True, visibility_timeout_s=4,
                              broker_restore_interval_s=1, vllm_cpu_reserved_cores=1, vllm_relay_nice=10)
-    worker = start_worker(settings, wait=False)
-    worker.wait_ready(timeout=400)  # vLLM's start-up, on a shared 2-core machine
-    server = LiveServer(create_app(settings))
-    yield settings, worker, server.url
-    server.stop()
-    cleanup_namespace(settings)
+    # vLLM's start-up, on a shared 2-core machine
+    with worker_beside_api(start_worker, settings, ready_timeout=400) as (worker, url):
+        yield settings, worker, url
 
 
 def test_health_shows_the_engine_its_dtype_and_kv_capacity(vllm_stack):

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import threading
+from contextlib import contextmanager
+from typing import Iterator
 
 from flask import Flask
 from flask.testing import FlaskClient
@@ -22,6 +24,24 @@ class LiveServer:
 
     def stop(self):
         self.server.shutdown()
+
+
+@contextmanager
+def worker_beside_api(start_worker, settings: Settings, ready_timeout: float = 120) -> Iterator[tuple]:
+    """A model worker of `settings` (started by the `start_worker` fixture, ready) and the API on
+    a socket beside it: yields (worker, URL); the server is stopped and the namespace cleaned up
+    after. What an engine's end-to-end module builds once."""
+    from api import create_app
+    from tests.support.settings import cleanup_namespace
+
+    worker = start_worker(settings, wait=False)
+    worker.wait_ready(timeout=ready_timeout)
+    server = LiveServer(create_app(settings))
+    try:
+        yield worker, server.url
+    finally:
+        server.stop()
+        cleanup_namespace(settings)
 
 
 class ApiClient(FlaskClient):

@@ -9,7 +9,7 @@ from contextlib import contextmanager
 
 import redis
 
-from common.settings import Settings
+from common.settings import Settings, subprocess_env
 
 REDIS_HOST = os.environ.get("LLMQ_TEST_REDIS", "redis://127.0.0.1:6379")
 REDIS_DB = int(os.environ.get("LLMQ_TEST_REDIS_DB", "11"))
@@ -35,10 +35,7 @@ def make_settings(**overrides) -> Settings:
 
 def settings_env(settings: Settings) -> dict[str, str]:
     """The environment that makes a subprocess see `settings`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLMQ_")}
-    for name, value in settings.model_dump().items():
-        if value is not None:
-            env[f"LLMQ_{name.upper()}"] = str(value)
+    env = subprocess_env(settings, os.environ)
     env.update(HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1", TOKENIZERS_PARALLELISM="false",
                PYTHON=sys.executable)  # ops scripts run with the tests' Python, not a .venv of their own
     return env

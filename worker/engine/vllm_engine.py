@@ -116,7 +116,7 @@ class VLLMEngine:
 
     def __init__(self, model_path, settings=None, *, core: Any = None, tokenizer: Decoder | None = None,
                  sampling_params=vllm_sampling_params):
-        layout = None
+        layout, self._closing = None, False
         if core is None:
             import torch
 
@@ -133,7 +133,6 @@ class VLLMEngine:
             child_hygiene.exit_when_any_ends([p for p in multiprocessing.active_children() if p not in before],
                                              "vLLM's engine process", lambda: len(self.processor),
                                              expected=lambda: self._closing)
-        self._closing = False
         self.core = core
         self.info = describe_core(core) | ({"parallel": layout} if layout else {})
         self.tokenizer = tokenizer or load_tokenizer(model_path)
