@@ -21,6 +21,7 @@ from common.errors import ApiError
 from common.eta import WorkerLoad, retry_after
 from common.models import ModelRef, ModelUnavailable, resolve_model
 from common.offload import off_the_loop
+from common.prefix_affinity import prefix_blocks
 from common.prompting import PromptBuilder, TemplateError
 from common.schemas import JobRequest, JobStatus
 from common.stores import Stores
@@ -97,6 +98,7 @@ class Admission:
         fields = {
             "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
             "prompt_tokens": len(prompt_ids), "queue": self.stores.keys.queue(model.name),
+            "prefix_blocks": prefix_blocks(prompt_ids),  # where its start is cached (common/prefix_affinity.py)
             "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
             "owner": owner, "priority": priority,
             "max_tokens": sampling["max_tokens"],  # read on its own by the ETAs (common/eta.py)

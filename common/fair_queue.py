@@ -32,6 +32,7 @@ import redis
 
 from common.keys import Keys
 from common.lua import script
+from common.prefix_affinity import HOLDER_TTL_S, Deferred
 from common.schemas import PRIORITY_LEVELS, JobStatus
 
 ANONYMOUS = "~anon"  # '~' is not allowed in key ids, so no key can collide with it
@@ -42,6 +43,7 @@ class Pick(NamedTuple):
     job_id: str | None
     how: str  # 'picked', 'resumed' (a redelivered ticket's own job), or 'capped'
     priority: str = ""
+    affinity: str = ""  # 'hit', 'miss' or 'new' (common/prefix_affinity.py); '' when not routed on
 
 
 CAPPED = Pick(None, "capped")  # only batch jobs wait, and the worker has no room for one more
@@ -73,22 +75,31 @@ class FairQueue:
         self.job_ttl_s = job_ttl_s
         self._pick = script(client, "fair_pick")
 
-    def pick(self, queue: str, ticket: str, worker: str = "", batch_room: int | None = None) -> Pick | None:
-        """The job this ticket runs: `Pick(job id, 'picked', priority)` for the fairest queued
-        job, 'resumed' when this ticket already took one (a redelivery), None when nothing waits.
-        With `batch_room` (how many more batch jobs this worker may take now) at 0, batch jobs
-        stay queued: `CAPPED` if some wait. In the same step the job is recorded as held by
-        `worker` (until `release`), so the API's ETAs see a slot taken at once, not at the next
+    def pick(self, queue: str, ticket: str, worker: str = "", batch_room: int | None = None,
+             affinity_wait_s: float = 0.0) -> Pick | Deferred | None:
+        """The job this ticket runs: `Pick(job id, 'picked', priority, affinity outcome)` for the
+        fairest queued job, 'resumed' when this ticket already took one (a redelivery), None when
+        nothing waits. With `batch_room` (how many more batch jobs this worker may take now) at 0,
+        batch jobs stay queued: `CAPPED` if some wait. With `affinity_wait_s`, the fairest job
+        may be left for the worker that served its prompt's start (`Deferred`, see
+        common/prefix_affinity.py). In the same step the job is recorded as held by `worker`
+        (until `release`), so the API's ETAs see a slot taken at once, not at the next
         heartbeat."""
         levels = [key for level in LEVELS
                   for key in (self.keys.fair_owners(queue, level), self.keys.fair_meta(queue, level))]
         result = self._pick(keys=[self.keys.ticket(ticket), self.keys.queued, self.keys.held, *levels],
                             args=[self.keys.job(""), self.job_ttl_s, worker,
                                   "" if batch_room is None else batch_room,
+                                  affinity_wait_s, HOLDER_TTL_S, self.keys.affinity(queue, ""),
+                                  self.keys.free_slots(""),
                                   *(self.keys.fair_jobs(queue, level, "") for level in LEVELS)])
         if not result:
             return None
-        return CAPPED if result[1] == "capped" else Pick(*result)
+        if result[1] == "capped":
+            return CAPPED
+        if result[1] == "deferred":
+            return Deferred(result[2], result[3] == "1")
+        return Pick(*result)
 
     def release(self, job_id: str, worker: str) -> None:
         """The worker let go of a job it picked (it ended, or another worker holds it now)."""

@@ -142,6 +142,20 @@ class Keys:
         """Hash: the level's virtual clock, and each key's cost per job and last finish tag."""
         return f"{self.fair_prefix(queue)}{level}:meta"
 
+    def worker_queue(self, queue: str, worker: str) -> str:
+        """Celery queue that only one worker of a model queue consumes: the tickets another worker
+        sends it, to run a job whose prompt prefix it caches (common/prefix_affinity.py)."""
+        return f"{queue}.worker.{worker}"
+
+    def affinity(self, queue: str, block: str) -> str:
+        """String: the worker that last started a job whose prompt began with this block chain
+        (a hash; with block "": the prefix, for the pick script)."""
+        return f"{self.fair_prefix(queue)}affinity:{block}"
+
+    def free_slots(self, worker: str) -> str:
+        """String: how many more jobs a worker can start now (with worker "": the prefix)."""
+        return f"{self.ns}:free:{worker}"
+
     def ticket(self, task_id: str) -> str:
         """Which job a Celery message (a ticket) took, so its redelivery resumes that job."""
         return f"{self.ns}:ticket:{task_id}"

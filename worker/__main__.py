@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     from worker.runtime import WorkerRuntime, set_runtime
 
     runtime = WorkerRuntime.build(settings)
+    runtime.free_slots.slots = args.concurrency
     if runtime.engine_kind == "vllm":  # service threads off the compute cores, and below vLLM's
         keep_off_the_compute_cores(settings.vllm_cpu_reserved_cores)
         yield_to_the_engine_core(settings.vllm_relay_nice)
@@ -53,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     name = args.name or f"llmq-{runtime.model.name}-{os.getpid()}@%h"
     try:
         app.worker_main(["worker", "--pool", "threads", "--concurrency", str(args.concurrency),
-                         "--queues", runtime.queue, "--hostname", name, "--loglevel", args.loglevel,
+                         "--queues", f"{runtime.queue},{runtime.own_queue}", "--hostname", name,
+                         "--loglevel", args.loglevel,
                          "--task-events", "--without-gossip", "--without-mingle"])
     finally:  # a clean shutdown (its jobs done or handed back): gone from /health at once
         runtime.sign_off()

@@ -24,6 +24,7 @@ import redis
 from common.fair_queue import CAPPED, Pick
 from common.jobs import Claim, Claimed, JobStore
 from common.logs import job_context
+from common.prefix_affinity import Deferred, FreeSlots
 from common.result_cache import ResultCache
 from common.schemas import FinishReason, JobStatus
 from common.settings import Settings
@@ -76,6 +77,7 @@ def engine_sampling(sampling: dict) -> Sampling:
 
 
 CAPPED_WAIT_S = 0.1  # a ticket waiting for batch room looks again at least this often
+DEFERRED_WAIT_S = 0.02  # a ticket that left the next job to its prefix's holder looks again this often
 IDLE_WAKE_S = 1.0  # a job with nothing new still wakes this often (text held back by a Redis outage)
 
 
@@ -88,8 +90,11 @@ def _wait_s(deadline: float | None) -> float:
 class JobRunner:
     def __init__(self, store: JobStore, loop: EngineLoop, worker_name: str, settings: Settings,
                  leases: Leases | None = None, metrics: WorkerMetrics | None = None,
-                 meter: LoadMeter | None = None, cache: ResultCache | None = None):
-        """`cache`: where succeeded answers to cacheable requests go (None: nowhere)."""
+                 meter: LoadMeter | None = None, cache: ResultCache | None = None,
+                 free_slots: FreeSlots | None = None, nudge: Callable[[str], None] | None = None):
+        """`cache`: where succeeded answers to cacheable requests go (None: nowhere).
+        `free_slots`: where this worker tells the others how many jobs it can start now;
+        `nudge(worker)`: sends that worker a ticket on its own queue (common/prefix_affinity.py)."""
         self.store = store
         self.log = store.log
         self.cache = cache
@@ -103,6 +108,9 @@ class JobRunner:
         self.cancels = CancelWatch(store, settings.cancel_poll_s)
         self.batch_yield = BatchYield(settings.max_batch_size, settings.batch_max_share,
                                       settings.batch_yield_window_s)
+        self.free_slots = free_slots
+        self.nudge = nudge
+        self._deferred_line = threading.Lock()  # one deferring ticket looks again at a time
         self._stopping = threading.Event()
 
     def run_ticket(self, ticket: str, queue: str) -> dict:
@@ -120,35 +128,62 @@ class JobRunner:
                 return self.run(job_id)
         finally:
             self.batch_yield.done(picked.priority)
+            if self.free_slots is not None:
+                self.free_slots.released()
             try:
                 self.store.fair.release(job_id, self.worker_name)
             except redis.RedisError:
                 log.warning("could not record that job %s was let go", job_id, exc_info=True)
 
     def _pick(self, ticket: str, queue: str) -> Pick | None:
-        """The ticket's job; while only batch lines wait and batch work may take no more of this
-        worker's slots (worker/batch_yield.py), wait with the slot free until that changes.
-        CAPPED only when the worker stops meanwhile."""
-        def pick() -> Pick | None:
+        """The ticket's job. Two waits keep the slot free without giving the ticket up: while
+        only batch lines wait and batch work may take no more of this worker's slots
+        (worker/batch_yield.py), until that changes; while the next job is left for the worker
+        that caches its prompt's start (common/prefix_affinity.py), until that worker takes it
+        or the affinity wait ends. CAPPED only when the worker stops meanwhile."""
+        def pick() -> Pick | Deferred | None:
             room, picked = self.batch_yield.before_pick(), None
             try:
-                picked = self._retrying(lambda: self.store.fair.pick(queue, ticket, self.worker_name, room))
+                picked = self._retrying(lambda: self.store.fair.pick(
+                    queue, ticket, self.worker_name, room, self.settings.prefix_affinity_wait_s))
                 return picked
             finally:
-                self.batch_yield.after_pick(room, picked.priority if picked and picked.job_id else None)
+                took = isinstance(picked, Pick) and picked.job_id
+                self.batch_yield.after_pick(room, picked.priority if took else None)
+                if took:
+                    self._picked(picked)
         picked = pick()
-        if picked is not CAPPED:
-            return picked
-        with self.batch_yield.waiting_line:
-            while not self._stopping.is_set():
+        while picked is CAPPED or isinstance(picked, Deferred):
+            if self._stopping.is_set():
+                return CAPPED
+            if picked is CAPPED:
+                with self.batch_yield.waiting_line:
+                    self.batch_yield.wait_for_room(CAPPED_WAIT_S)
+                    picked = pick()
+                continue
+            if picked.first and self.nudge is not None:
+                self._nudge(picked.holder)
+            with self._deferred_line:
+                self._stopping.wait(DEFERRED_WAIT_S)
                 picked = pick()
-                if picked is not CAPPED:
-                    return picked
-                self.batch_yield.wait_for_room(CAPPED_WAIT_S)
-        return CAPPED
+        return picked
+
+    def _picked(self, picked: Pick) -> None:
+        if self.free_slots is not None:
+            self.free_slots.taken()
+        if self.metrics is not None and picked.affinity:
+            self.metrics.affinity_picked(picked.affinity)
+
+    def _nudge(self, holder: str) -> None:
+        """A ticket on the holder's own queue: it may have a free slot and no ticket in hand."""
+        try:
+            self.nudge(holder)
+        except Exception:  # the holder still gets the job by any ticket it has, or ours takes it
+            log.warning("could not send worker %s a ticket", holder, exc_info=True)
 
     def stop_waiting(self) -> None:
-        """The worker stops: tickets waiting for batch room go back to the queue."""
+        """The worker stops: tickets waiting for batch room or for another worker's pick go back to
+        the queue."""
         self._stopping.set()
 
     def run(self, job_id: str) -> dict:

@@ -69,6 +69,10 @@ class WorkerMetrics:
                                       buckets=RATE_BUCKETS, registry=r)
         self.finished = Counter("llmq_worker_jobs_finished", "jobs this worker ended, by status",
                                 ["status"], registry=r)
+        self.affinity = Counter("llmq_worker_prefix_affinity_picks", "jobs this worker picked, by how prefix "
+                                "affinity placed them: hit (it had served the prompt's start last), miss "
+                                "(another worker had, but was busy, gone or slow to take it), new", ["outcome"],
+                                registry=r)
         Info("llmq_worker", "what this worker serves", registry=r).info(info)
         r.register(EngineCollector(stats, running))
 
@@ -83,6 +87,9 @@ class WorkerMetrics:
         decode_s = finished_at - first_token_at
         if completion_tokens > 1 and decode_s > 0:
             self.tokens_per_s.observe((completion_tokens - 1) / decode_s)
+
+    def affinity_picked(self, outcome: str) -> None:
+        self.affinity.labels(outcome).inc()
 
     def job_finished(self, status: str) -> None:
         self.finished.labels(status).inc()

@@ -2,6 +2,8 @@
 that the worker's job runner turns into a job run."""
 from __future__ import annotations
 
+import uuid
+
 from celery.exceptions import Reject
 from celery.signals import worker_shutting_down
 
@@ -19,8 +21,17 @@ def job_runner() -> JobRunner:
     if _job_runner is None:
         rt = get_runtime()
         _job_runner = JobRunner(rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics,
-                                meter=rt.meter, cache=rt.stores.cache)
+                                meter=rt.meter, cache=rt.stores.cache, free_slots=rt.free_slots,
+                                nudge=_send_ticket_to)
     return _job_runner
+
+
+def _send_ticket_to(worker: str) -> None:
+    """A spare ticket on another worker's own queue, for the job prefix affinity leaves it (a
+    ticket that finds nothing to pick does nothing)."""
+    rt = get_runtime()
+    app.send_task(TASK_TICKET, args=["", rt.model.name], queue=rt.keys.worker_queue(rt.queue, worker),
+                  task_id=uuid.uuid4().hex)
 
 
 def run_ticket(self, job_id: str, model: str) -> dict:

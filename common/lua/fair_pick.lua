@@ -1,21 +1,45 @@
 -- A ticket picks the job it runs (common/fair_queue.py): the job it took before, if it is a
 -- redelivery; else, level by level, the fairest key's oldest queued job. The pick is recorded
--- against the ticket and as held by the worker.
+-- against the ticket and as held by the worker. With prefix affinity on (common/prefix_affinity.py)
+-- a job whose prompt start another worker served is left at the head for that worker while it has
+-- a free slot, for at most the affinity wait.
 -- KEYS: the ticket's key, the queued set, the held hash, then each priority level's owners zset
 -- and meta hash, first served first (the last level is the batch level). ARGV: job key prefix,
 -- ticket ttl, worker, batch room (how many more batch jobs this worker may take now; '' for no
--- limit), then each level's prefix of its keys' job lists (in the order of KEYS).
--- Returns {job id, 'picked' | 'resumed', the job's priority}; {false, 'capped'} when only batch
--- jobs wait and the worker has no batch room; false when nothing waits.
+-- limit), affinity wait (s; 0: off), affinity holder ttl, affinity key prefix, free-slot key
+-- prefix, then each level's prefix of its keys' job lists (in the order of KEYS).
+-- Returns {job id, 'picked' | 'resumed', the job's priority, affinity outcome ('hit', 'miss',
+-- 'new' or '')}; {false, 'capped'} when only batch jobs wait and the worker has no batch room;
+-- {false, 'deferred', holder, '1' on the job's first deferral else '0'}; false when nothing waits.
 local mapped = redis.call('GET', KEYS[1])
 local job_prefix, ttl, worker, batch_room = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
+local wait, holder_ttl, affinity_prefix, free_prefix = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
 if mapped then
   redis.call('HSET', KEYS[3], mapped, worker)
   return {mapped, 'resumed', redis.call('HGET', job_prefix .. mapped, 'priority') or ''}
 end
-local levels = #ARGV - 4
+
+-- The worker that last started a job with the longest of these block chains, or nil.
+local function holder_of(blocks)
+  local keys = {}
+  for block in string.gmatch(blocks, '%S+') do keys[#keys + 1] = affinity_prefix .. block end
+  if #keys == 0 then return nil end
+  local holders = redis.call('MGET', unpack(keys))
+  for i = #holders, 1, -1 do
+    if holders[i] then return holders[i] end
+  end
+  return nil
+end
+
+local function now()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) + tonumber(t[2]) / 1e6
+end
+
+local first_level = 8
+local levels = #ARGV - first_level
 for level = 1, levels do
-  local owners, meta, lists = KEYS[2 + 2 * level], KEYS[3 + 2 * level], ARGV[4 + level]
+  local owners, meta, lists = KEYS[2 + 2 * level], KEYS[3 + 2 * level], ARGV[first_level + level]
   if level == levels and batch_room ~= '' and tonumber(batch_room) <= 0 then
     if redis.call('ZCARD', owners) > 0 then return {false, 'capped'} end
     return false
@@ -25,11 +49,31 @@ for level = 1, levels do
     if #head == 0 then break end
     local owner, tag = head[1], tonumber(head[2])
     local list = lists .. owner
-    local job_id = redis.call('LPOP', list)
-    local cost = tonumber(redis.call('HGET', meta, 'cost:' .. owner) or '1')
+    local job_id = redis.call('LINDEX', list, 0)
     if not job_id then
       redis.call('ZREM', owners, owner)
     else
+      local job_key = job_prefix .. job_id
+      local job = redis.call('HMGET', job_key, 'status', 'priority', 'prefix_blocks', 'affinity_since')
+      local outcome = ''
+      if job[1] == 'queued' and wait > 0 and job[3] and job[3] ~= '' then
+        local holder = holder_of(job[3])
+        if not holder then
+          outcome = 'new'
+        elseif holder == worker then
+          outcome = 'hit'
+        else
+          local free = tonumber(redis.call('GET', free_prefix .. holder) or '0')
+          local t = now()
+          if free > 0 and t - tonumber(job[4] or t) < wait then
+            if not job[4] then redis.call('HSET', job_key, 'affinity_since', t) end
+            return {false, 'deferred', holder, job[4] and '0' or '1'}
+          end
+          outcome = 'miss'
+        end
+      end
+      redis.call('LPOP', list)
+      local cost = tonumber(redis.call('HGET', meta, 'cost:' .. owner) or '1')
       if redis.call('LLEN', list) == 0 then
         redis.call('ZREM', owners, owner)
         redis.call('HSET', meta, 'finish:' .. owner, tag + cost)
@@ -37,12 +81,17 @@ for level = 1, levels do
         redis.call('ZADD', owners, tag + cost, owner)
       end
       redis.call('HSET', meta, 'clock', tag)
-      local job = redis.call('HMGET', job_prefix .. job_id, 'status', 'priority')
       if job[1] == 'queued' then
         redis.call('ZREM', KEYS[2], job_id)
         redis.call('SET', KEYS[1], job_id, 'EX', ttl)
         redis.call('HSET', KEYS[3], job_id, worker)
-        return {job_id, 'picked', job[2] or ''}
+        if outcome ~= '' then
+          for block in string.gmatch(job[3], '%S+') do
+            redis.call('SET', affinity_prefix .. block, worker, 'EX', holder_ttl)
+          end
+          redis.call('HSET', job_key, 'prefix_affinity', outcome)
+        end
+        return {job_id, 'picked', job[2] or '', outcome}
       end
     end
   end

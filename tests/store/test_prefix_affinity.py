@@ -1,0 +1,145 @@
+"""Prefix affinity in the real Redis (common/prefix_affinity.py, common/lua/fair_pick.lua): a job
+is left for the worker that last served its prompt's start while that worker has a free slot, for
+at most the affinity wait; job order (priorities, fair shares) never changes."""
+import time
+import uuid
+
+import pytest
+
+from common.fair_queue import CAPPED
+from common.prefix_affinity import BLOCK_TOKENS, MAX_BLOCKS, Deferred, FreeSlots, prefix_blocks
+from tests.support.settings import fresh_namespace
+
+QUEUE = "q"
+WAIT_S = 0.3
+SYSTEM = list(range(1000, 1000 + 4 * BLOCK_TOKENS))  # a shared system prompt of four blocks
+
+
+@pytest.fixture
+def settings():
+    with fresh_namespace() as settings:
+        yield settings
+
+
+def queue_job(store, prompt, owner="k", priority="normal"):
+    job_id = uuid.uuid4().hex
+    store.create(job_id, {"id": job_id, "status": "queued", "model": "m", "queue": QUEUE,
+                          "created_at": time.time(), "owner": owner, "priority": priority,
+                          "prefix_blocks": prefix_blocks(prompt),
+                          "request": {"prompt_token_ids": prompt, "sampling": {}}}, queue_limit=0)
+    return job_id
+
+
+def pick(store, worker, wait_s=WAIT_S):
+    return store.fair.pick(QUEUE, uuid.uuid4().hex, worker, affinity_wait_s=wait_s)
+
+
+def free(store, worker, slots):
+    FreeSlots(store.r, store.keys.free_slots(worker), slots, ttl_s=60).publish()
+
+
+def test_prompts_sharing_a_start_share_its_block_chains_and_only_whole_blocks_count():
+    a = prefix_blocks(SYSTEM + [1, 2, 3])
+    b = prefix_blocks(SYSTEM + list(range(5, 5 + BLOCK_TOKENS)))
+    assert a.split() == b.split()[:4] and len(b.split()) == 5
+    other = prefix_blocks([7] + SYSTEM[1:])
+    assert not set(other.split()) & set(a.split())  # a chain: one early token changes every hash
+    assert prefix_blocks(list(range(BLOCK_TOKENS - 1))) == ""
+    assert len(prefix_blocks(list(range(BLOCK_TOKENS * (MAX_BLOCKS + 3)))).split()) == MAX_BLOCKS
+
+
+def test_the_next_job_waits_for_the_worker_that_served_its_start_while_that_worker_has_room(store):
+    free(store, "a", 2)
+    first = queue_job(store, SYSTEM + [1])
+    assert pick(store, "a")[:4] == (first, "picked", "normal", "new")
+    second = queue_job(store, SYSTEM + [2])
+    assert pick(store, "b") == Deferred("a", first=True)  # b leaves it, and nudges a once
+    assert pick(store, "b") == Deferred("a", first=False)
+    assert pick(store, "a")[:4] == (second, "picked", "normal", "hit")
+
+
+def test_a_busy_holder_does_not_keep_the_job_and_the_taker_becomes_the_holder(store):
+    free(store, "a", 0)
+    free(store, "b", 1)
+    queue_job(store, SYSTEM + [1])
+    pick(store, "a")
+    second = queue_job(store, SYSTEM + [2])
+    assert pick(store, "b")[:4] == (second, "picked", "normal", "miss")
+    third = queue_job(store, SYSTEM + [3])
+    assert pick(store, "a") == Deferred("b", first=True)  # b served the start last
+    assert pick(store, "b").job_id == third
+
+
+def test_a_holder_that_never_picks_loses_the_job_after_the_wait(store):
+    free(store, "a", 4)  # says it has room, but takes nothing (stuck, or its ticket was lost)
+    queue_job(store, SYSTEM + [1])
+    pick(store, "a")
+    second = queue_job(store, SYSTEM + [2])
+    started = time.monotonic()
+    while isinstance(picked := pick(store, "b"), Deferred):
+        time.sleep(0.02)
+    assert picked[:4] == (second, "picked", "normal", "miss")
+    assert WAIT_S - 0.05 <= time.monotonic() - started < WAIT_S + 0.5
+
+
+def test_a_gone_holder_does_not_keep_the_job(store):
+    queue_job(store, SYSTEM + [1])
+    pick(store, "a")  # "a" never published free slots (or its count lapsed): it is gone
+    second = queue_job(store, SYSTEM + [2])
+    assert pick(store, "b").job_id == second
+
+
+def test_affinity_never_reorders_jobs(store):
+    """The head job waits for its holder; no other worker takes a later job meanwhile, even one
+    whose start it holds. A higher priority still goes first."""
+    free(store, "a", 2)
+    free(store, "b", 2)
+    queue_job(store, SYSTEM + [1], owner="k1")
+    pick(store, "a")
+    theirs = [7] * (2 * BLOCK_TOKENS)
+    queue_job(store, theirs + [1], owner="k2")
+    pick(store, "b")  # b holds the second start
+    head = queue_job(store, SYSTEM + [2], owner="k1")
+    later = queue_job(store, theirs + [2], owner="k2")
+    assert isinstance(pick(store, "b"), Deferred)  # b does not take `later` past `head`
+    urgent = queue_job(store, [5] * BLOCK_TOKENS, owner="k3", priority="high")
+    assert pick(store, "b").job_id == urgent
+    assert pick(store, "a").job_id == head
+    assert pick(store, "b").job_id == later
+
+
+def test_with_affinity_off_picks_are_as_before_and_nothing_is_remembered(store):
+    free(store, "a", 2)
+    first = queue_job(store, SYSTEM + [1])
+    assert pick(store, "a", wait_s=0)[:4] == (first, "picked", "normal", "")
+    second = queue_job(store, SYSTEM + [2])
+    assert pick(store, "b", wait_s=0).job_id == second
+    assert not list(store.r.scan_iter(store.keys.affinity(QUEUE, "") + "*"))
+
+
+def test_a_short_prompt_is_not_routed_on(store):
+    free(store, "a", 2)
+    queue_job(store, [1, 2, 3])
+    assert pick(store, "a").affinity == ""
+    second = queue_job(store, [1, 2, 3])
+    assert pick(store, "b").job_id == second
+
+
+def test_batch_room_still_applies(store):
+    free(store, "a", 2)
+    queue_job(store, SYSTEM + [1], priority="batch")
+    assert store.fair.pick(QUEUE, uuid.uuid4().hex, "b", batch_room=0, affinity_wait_s=WAIT_S) == CAPPED
+
+
+def test_free_slots_count_down_and_up_and_leave_on_sign_off(store):
+    slots = FreeSlots(store.r, store.keys.free_slots("w"), 2, ttl_s=60)
+    slots.taken()
+    slots.taken()
+    slots.taken()  # more than its slots (a redelivered job on top): never below zero
+    assert store.r.get(store.keys.free_slots("w")) == "0"
+    slots.released()
+    slots.released()
+    assert store.r.get(store.keys.free_slots("w")) == "1"
+    assert 0 < store.r.ttl(store.keys.free_slots("w")) <= 60
+    slots.forget()
+    assert store.r.get(store.keys.free_slots("w")) is None
