@@ -59,7 +59,8 @@ class Stack(Processes):
     """`python -m worker` + gunicorn API, sharing a fresh namespace on the given Redis."""
 
     def __init__(self, redis_url: str, model: str, log_dir: Path, extra_env: dict | None = None,
-                 api_server: str = "gevent", workers: int = 1):
+                 api_server: str = "gevent", workers: int = 1, worker_cpus: list[str] | None = None):
+        """`worker_cpus`: each worker's CPU set (`python -m worker --cpus`), one per worker."""
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "LLMQ_REDIS_URL": redis_url, "LLMQ_MODEL": model,
@@ -68,7 +69,8 @@ class Stack(Processes):
         log_dir.mkdir(parents=True, exist_ok=True)
         self.env, self.log_dir, self.redis_url = env, log_dir, redis_url
         self.procs = [
-            *(subprocess.Popen([sys.executable, "-m", "worker"], cwd=ROOT, env=env,
+            *(subprocess.Popen([sys.executable, "-m", "worker",
+                                *(["--cpus", worker_cpus[i]] if worker_cpus else [])], cwd=ROOT, env=env,
                                stdout=open(log_dir / f"worker{i or ''}.log", "w"), stderr=subprocess.STDOUT)
               for i in range(workers)),
             subprocess.Popen([sys.executable, "-m", "gunicorn", *API_SERVERS[api_server], "-w", "1",

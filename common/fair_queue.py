@@ -91,7 +91,7 @@ class FairQueue:
                             args=[self.keys.job(""), self.job_ttl_s, worker,
                                   "" if batch_room is None else batch_room,
                                   affinity_wait_s, HOLDER_TTL_S, self.keys.affinity(queue, ""),
-                                  self.keys.free_slots(""),
+                                  *self.keys.worker_alive_parts(),
                                   *(self.keys.fair_jobs(queue, level, "") for level in LEVELS)])
         if not result:
             return None

@@ -24,7 +24,7 @@ import redis
 from common.fair_queue import CAPPED, Pick
 from common.jobs import Claim, Claimed, JobStore
 from common.logs import job_context
-from common.prefix_affinity import Deferred, FreeSlots
+from common.prefix_affinity import Deferred
 from common.result_cache import ResultCache
 from common.schemas import FinishReason, JobStatus
 from common.settings import Settings
@@ -91,9 +91,8 @@ class JobRunner:
     def __init__(self, store: JobStore, loop: EngineLoop, worker_name: str, settings: Settings,
                  leases: Leases | None = None, metrics: WorkerMetrics | None = None,
                  meter: LoadMeter | None = None, cache: ResultCache | None = None,
-                 free_slots: FreeSlots | None = None, nudge: Callable[[str], None] | None = None):
+                 nudge: Callable[[str], None] | None = None):
         """`cache`: where succeeded answers to cacheable requests go (None: nowhere).
-        `free_slots`: where this worker tells the others how many jobs it can start now;
         `nudge(worker)`: sends that worker a ticket on its own queue (common/prefix_affinity.py)."""
         self.store = store
         self.log = store.log
@@ -108,7 +107,6 @@ class JobRunner:
         self.cancels = CancelWatch(store, settings.cancel_poll_s)
         self.batch_yield = BatchYield(settings.max_batch_size, settings.batch_max_share,
                                       settings.batch_yield_window_s)
-        self.free_slots = free_slots
         self.nudge = nudge
         self._deferred_line = threading.Lock()  # one deferring ticket looks again at a time
         self._stopping = threading.Event()
@@ -128,8 +126,6 @@ class JobRunner:
                 return self.run(job_id)
         finally:
             self.batch_yield.done(picked.priority)
-            if self.free_slots is not None:
-                self.free_slots.released()
             try:
                 self.store.fair.release(job_id, self.worker_name)
             except redis.RedisError:
@@ -150,8 +146,8 @@ class JobRunner:
             finally:
                 took = isinstance(picked, Pick) and picked.job_id
                 self.batch_yield.after_pick(room, picked.priority if took else None)
-                if took:
-                    self._picked(picked)
+                if took and picked.affinity and self.metrics is not None:
+                    self.metrics.affinity_picked(picked.affinity)
         picked = pick()
         while picked is CAPPED or isinstance(picked, Deferred):
             if self._stopping.is_set():
@@ -167,12 +163,6 @@ class JobRunner:
                 self._stopping.wait(DEFERRED_WAIT_S)
                 picked = pick()
         return picked
-
-    def _picked(self, picked: Pick) -> None:
-        if self.free_slots is not None:
-            self.free_slots.taken()
-        if self.metrics is not None and picked.affinity:
-            self.metrics.affinity_picked(picked.affinity)
 
     def _nudge(self, holder: str) -> None:
         """A ticket on the holder's own queue: it may have a free slot and no ticket in hand."""

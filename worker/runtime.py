@@ -15,7 +15,6 @@ import redis
 import torch
 
 from common.models import ModelRef, resolve_model
-from common.prefix_affinity import FreeSlots
 from common.settings import Settings
 from common.stores import Stores
 from worker.engine.loop import EngineLoop
@@ -45,8 +44,6 @@ class WorkerRuntime:
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
         self.leases = Leases(self.store, self.name, lease_ttl(settings))
-        self.free_slots = FreeSlots(self.redis, self.keys.free_slots(self.name), settings.max_batch_size,
-                                    ttl_s=max(3, int(3 * settings.heartbeat_s)))
         self.meter = LoadMeter()
         self._stopping = threading.Event()
 
@@ -75,7 +72,6 @@ class WorkerRuntime:
         """On a clean shutdown: stop beating and leave the live workers at once (a killed worker
         leaves when its heartbeat goes stale)."""
         self._stopping.set()
-        self.free_slots.forget()
         try:
             self.stores.registry.forget(self.name)
         except redis.RedisError as exc:
@@ -114,7 +110,6 @@ class WorkerRuntime:
                                     "hit_tokens": prefix.stats.hit_tokens,
                                     "queried_tokens": prefix.stats.queried_tokens}
         self.stores.registry.heartbeat(info, ttl_s=max(3, int(3 * self.settings.heartbeat_s)))
-        self.free_slots.publish()
         self.leases.renew()  # keep the jobs (and broker messages) this worker holds
         self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
 

@@ -21,8 +21,7 @@ def job_runner() -> JobRunner:
     if _job_runner is None:
         rt = get_runtime()
         _job_runner = JobRunner(rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics,
-                                meter=rt.meter, cache=rt.stores.cache, free_slots=rt.free_slots,
-                                nudge=_send_ticket_to)
+                                meter=rt.meter, cache=rt.stores.cache, nudge=_send_ticket_to)
     return _job_runner
 
 

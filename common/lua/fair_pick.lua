@@ -1,19 +1,20 @@
 -- A ticket picks the job it runs (common/fair_queue.py): the job it took before, if it is a
 -- redelivery; else, level by level, the fairest key's oldest queued job. The pick is recorded
 -- against the ticket and as held by the worker. With prefix affinity on (common/prefix_affinity.py)
--- a job whose prompt start another worker served is left at the head for that worker while it has
--- a free slot, for at most the affinity wait.
+-- a job whose prompt start another live worker served is left at the head for that worker, for at
+-- most the affinity wait.
 -- KEYS: the ticket's key, the queued set, the held hash, then each priority level's owners zset
 -- and meta hash, first served first (the last level is the batch level). ARGV: job key prefix,
 -- ticket ttl, worker, batch room (how many more batch jobs this worker may take now; '' for no
--- limit), affinity wait (s; 0: off), affinity holder ttl, affinity key prefix, free-slot key
--- prefix, then each level's prefix of its keys' job lists (in the order of KEYS).
+-- limit), affinity wait (s; 0: off), affinity holder ttl, affinity key prefix, a worker's alive
+-- key's prefix and suffix, then each level's prefix of its keys' job lists (in the order of KEYS).
 -- Returns {job id, 'picked' | 'resumed', the job's priority, affinity outcome ('hit', 'miss',
 -- 'new' or '')}; {false, 'capped'} when only batch jobs wait and the worker has no batch room;
 -- {false, 'deferred', holder, '1' on the job's first deferral else '0'}; false when nothing waits.
 local mapped = redis.call('GET', KEYS[1])
 local job_prefix, ttl, worker, batch_room = ARGV[1], ARGV[2], ARGV[3], ARGV[4]
-local wait, holder_ttl, affinity_prefix, free_prefix = tonumber(ARGV[5]), ARGV[6], ARGV[7], ARGV[8]
+local wait, holder_ttl, affinity_prefix = tonumber(ARGV[5]), ARGV[6], ARGV[7]
+local alive_prefix, alive_suffix = ARGV[8], ARGV[9]
 if mapped then
   redis.call('HSET', KEYS[3], mapped, worker)
   return {mapped, 'resumed', redis.call('HGET', job_prefix .. mapped, 'priority') or ''}
@@ -36,7 +37,7 @@ local function now()
   return tonumber(t[1]) + tonumber(t[2]) / 1e6
 end
 
-local first_level = 8
+local first_level = 9
 local levels = #ARGV - first_level
 for level = 1, levels do
   local owners, meta, lists = KEYS[2 + 2 * level], KEYS[3 + 2 * level], ARGV[first_level + level]
@@ -63,9 +64,9 @@ for level = 1, levels do
         elseif holder == worker then
           outcome = 'hit'
         else
-          local free = tonumber(redis.call('GET', free_prefix .. holder) or '0')
+          local alive = redis.call('EXISTS', alive_prefix .. holder .. alive_suffix) == 1
           local t = now()
-          if free > 0 and t - tonumber(job[4] or t) < wait then
+          if alive and t - tonumber(job[4] or t) < wait then
             if not job[4] then redis.call('HSET', job_key, 'affinity_since', t) end
             return {false, 'deferred', holder, job[4] and '0' or '1'}
           end

@@ -1,6 +1,7 @@
 """Prefix affinity with two real workers (common/prefix_affinity.py): a tenant's jobs go to the
 worker that served its prompt's start, whichever worker's ticket comes first (the other hands the
-job over with a ticket on the holder's own queue); a busy holder does not keep them waiting."""
+job over with a ticket on the holder's own queue); a busy holder keeps them at most the affinity
+wait."""
 import time
 
 import pytest
@@ -10,6 +11,7 @@ from tests.support.settings import cleanup_namespace, make_settings
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
+WAIT_S = 1.5
 POLICY = ("Policy {n}: customers may return unused items within thirty days of delivery; refunds go to the "
           "original payment method within five business days. ")
 TENANT = "".join(POLICY.format(n=n) for n in range(8))  # about 250 tokens: a few affinity blocks
@@ -17,7 +19,7 @@ TENANT = "".join(POLICY.format(n=n) for n in range(8))  # about 250 tokens: a fe
 
 @pytest.fixture(scope="module")
 def stack(start_worker):
-    settings = make_settings(max_batch_size=1, prefix_affinity_wait_s=2.0)
+    settings = make_settings(max_batch_size=1, prefix_affinity_wait_s=WAIT_S)
     start_worker(settings, wait=False)
     start_worker(settings)
     app = create_app(settings)
@@ -35,7 +37,7 @@ def run(client, svc, prompt, max_tokens=4, wait=True):
     return svc.store.get(job["id"])
 
 
-def test_a_tenants_jobs_stay_on_its_worker_and_a_busy_one_hands_them_on(stack):
+def test_a_tenants_jobs_stay_on_its_worker_and_a_busy_one_hands_them_on_after_the_wait(stack):
     client, svc = stack
     first = run(client, svc, TENANT + "Question 0: may I return a lamp?")
     assert first["prefix_affinity"] == "new"
@@ -48,6 +50,6 @@ def test_a_tenants_jobs_stay_on_its_worker_and_a_busy_one_hands_them_on(stack):
     wait_until(lambda: svc.store.get(long["id"])["status"] == "running", timeout=30, interval=0.02)
     asked = time.time()
     job = run(client, svc, TENANT + "Question 6: may I return a lamp?")
-    assert job["worker"] != holder and job["prefix_affinity"] == "miss"  # the holder has no free slot
-    assert job["started_at"] - asked < 1.0  # not the affinity wait: a full holder is not waited for
+    assert job["worker"] != holder and job["prefix_affinity"] == "miss"  # its holder's one slot is busy
+    assert WAIT_S - 0.1 < job["started_at"] - asked < WAIT_S + 1.0
     assert job["started_at"] < svc.store.get(long["id"]).get("finished_at", float("inf"))

@@ -1,13 +1,13 @@
 """Prefix affinity in the real Redis (common/prefix_affinity.py, common/lua/fair_pick.lua): a job
-is left for the worker that last served its prompt's start while that worker has a free slot, for
-at most the affinity wait; job order (priorities, fair shares) never changes."""
+is left for the live worker that last served its prompt's start, for at most the affinity wait;
+job order (priorities, fair shares) never changes."""
 import time
 import uuid
 
 import pytest
 
 from common.fair_queue import CAPPED
-from common.prefix_affinity import BLOCK_TOKENS, MAX_BLOCKS, Deferred, FreeSlots, prefix_blocks
+from common.prefix_affinity import BLOCK_TOKENS, MAX_BLOCKS, Deferred, prefix_blocks
 from tests.support.settings import fresh_namespace
 
 QUEUE = "q"
@@ -34,8 +34,9 @@ def pick(store, worker, wait_s=WAIT_S):
     return store.fair.pick(QUEUE, uuid.uuid4().hex, worker, affinity_wait_s=wait_s)
 
 
-def free(store, worker, slots):
-    FreeSlots(store.r, store.keys.free_slots(worker), slots, ttl_s=60).publish()
+def alive(store, worker):
+    """What a worker's heartbeat writes (common/worker_registry.py)."""
+    store.r.set(store.keys.worker_alive(worker), "1", ex=60)
 
 
 def test_prompts_sharing_a_start_share_its_block_chains_and_only_whole_blocks_count():
@@ -48,8 +49,8 @@ def test_prompts_sharing_a_start_share_its_block_chains_and_only_whole_blocks_co
     assert len(prefix_blocks(list(range(BLOCK_TOKENS * (MAX_BLOCKS + 3)))).split()) == MAX_BLOCKS
 
 
-def test_the_next_job_waits_for_the_worker_that_served_its_start_while_that_worker_has_room(store):
-    free(store, "a", 2)
+def test_the_next_job_waits_for_the_worker_that_served_its_start(store):
+    alive(store, "a")
     first = queue_job(store, SYSTEM + [1])
     assert pick(store, "a")[:4] == (first, "picked", "normal", "new")
     second = queue_job(store, SYSTEM + [2])
@@ -58,20 +59,22 @@ def test_the_next_job_waits_for_the_worker_that_served_its_start_while_that_work
     assert pick(store, "a")[:4] == (second, "picked", "normal", "hit")
 
 
-def test_a_busy_holder_does_not_keep_the_job_and_the_taker_becomes_the_holder(store):
-    free(store, "a", 0)
-    free(store, "b", 1)
+def test_the_taker_of_a_job_left_too_long_becomes_the_holder(store):
+    alive(store, "a")
+    alive(store, "b")
     queue_job(store, SYSTEM + [1])
     pick(store, "a")
     second = queue_job(store, SYSTEM + [2])
-    assert pick(store, "b")[:4] == (second, "picked", "normal", "miss")
+    assert pick(store, "b", wait_s=0.05) == Deferred("a", first=True)
+    time.sleep(0.1)
+    assert pick(store, "b", wait_s=0.05)[:4] == (second, "picked", "normal", "miss")
     third = queue_job(store, SYSTEM + [3])
     assert pick(store, "a") == Deferred("b", first=True)  # b served the start last
     assert pick(store, "b").job_id == third
 
 
-def test_a_holder_that_never_picks_loses_the_job_after_the_wait(store):
-    free(store, "a", 4)  # says it has room, but takes nothing (stuck, or its ticket was lost)
+def test_a_holder_that_does_not_pick_loses_the_job_after_the_wait(store):
+    alive(store, "a")  # live, but takes nothing (every slot busy, or its ticket was lost)
     queue_job(store, SYSTEM + [1])
     pick(store, "a")
     second = queue_job(store, SYSTEM + [2])
@@ -84,7 +87,7 @@ def test_a_holder_that_never_picks_loses_the_job_after_the_wait(store):
 
 def test_a_gone_holder_does_not_keep_the_job(store):
     queue_job(store, SYSTEM + [1])
-    pick(store, "a")  # "a" never published free slots (or its count lapsed): it is gone
+    pick(store, "a")  # "a" has no fresh heartbeat: it is gone
     second = queue_job(store, SYSTEM + [2])
     assert pick(store, "b").job_id == second
 
@@ -92,8 +95,8 @@ def test_a_gone_holder_does_not_keep_the_job(store):
 def test_affinity_never_reorders_jobs(store):
     """The head job waits for its holder; no other worker takes a later job meanwhile, even one
     whose start it holds. A higher priority still goes first."""
-    free(store, "a", 2)
-    free(store, "b", 2)
+    alive(store, "a")
+    alive(store, "b")
     queue_job(store, SYSTEM + [1], owner="k1")
     pick(store, "a")
     theirs = [7] * (2 * BLOCK_TOKENS)
@@ -109,7 +112,7 @@ def test_affinity_never_reorders_jobs(store):
 
 
 def test_with_affinity_off_picks_are_as_before_and_nothing_is_remembered(store):
-    free(store, "a", 2)
+    alive(store, "a")
     first = queue_job(store, SYSTEM + [1])
     assert pick(store, "a", wait_s=0)[:4] == (first, "picked", "normal", "")
     second = queue_job(store, SYSTEM + [2])
@@ -118,7 +121,7 @@ def test_with_affinity_off_picks_are_as_before_and_nothing_is_remembered(store):
 
 
 def test_a_short_prompt_is_not_routed_on(store):
-    free(store, "a", 2)
+    alive(store, "a")
     queue_job(store, [1, 2, 3])
     assert pick(store, "a").affinity == ""
     second = queue_job(store, [1, 2, 3])
@@ -126,20 +129,6 @@ def test_a_short_prompt_is_not_routed_on(store):
 
 
 def test_batch_room_still_applies(store):
-    free(store, "a", 2)
+    alive(store, "a")
     queue_job(store, SYSTEM + [1], priority="batch")
     assert store.fair.pick(QUEUE, uuid.uuid4().hex, "b", batch_room=0, affinity_wait_s=WAIT_S) == CAPPED
-
-
-def test_free_slots_count_down_and_up_and_leave_on_sign_off(store):
-    slots = FreeSlots(store.r, store.keys.free_slots("w"), 2, ttl_s=60)
-    slots.taken()
-    slots.taken()
-    slots.taken()  # more than its slots (a redelivered job on top): never below zero
-    assert store.r.get(store.keys.free_slots("w")) == "0"
-    slots.released()
-    slots.released()
-    assert store.r.get(store.keys.free_slots("w")) == "1"
-    assert 0 < store.r.ttl(store.keys.free_slots("w")) <= 60
-    slots.forget()
-    assert store.r.get(store.keys.free_slots("w")) is None
