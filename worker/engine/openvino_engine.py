@@ -11,6 +11,7 @@ the shared `output.OutputProcessor`, so every engine answers alike.
 from __future__ import annotations
 
 import atexit
+import collections
 import json
 import logging
 import os
@@ -152,6 +153,8 @@ class OpenVINOEngine:
         self.stats = EngineStats()
         self.processor = OutputProcessor(tokenizer, self.stats)  # the pipeline reports EOS as its own reason
         self._received: queue.Queue = queue.Queue()
+        self._reserved: dict[str, int] = {}  # in the core: request id -> KV tokens it may come to use
+        self._waiting: collections.deque[EngineRequest] = collections.deque()  # held until they fit
         self._wake = lambda: None
         self._closing = False
         threading.Thread(target=self._receive, name="openvino-core-outputs", daemon=True).start()
@@ -203,12 +206,34 @@ class OpenVINOEngine:
                              f"KV cache ({capacity} tokens; LLMQ_KV_CACHE_MB)")
         if request.sampling.response_format is not None:
             json_grammar(request.sampling.response_format)  # a schema no grammar enforces: refused here
-        self.conn.send(("add", request.request_id, list(request.prompt_token_ids), request.sampling))
         self.processor.add(request)
+        self._waiting.append(request)
+        self._send_what_fits()
 
     def abort_request(self, request_id: str) -> None:
         if self.processor.cancel(request_id):
-            self.conn.send(("cancel", request_id))
+            waiting = next((r for r in self._waiting if r.request_id == request_id), None)
+            if waiting is not None:
+                self._waiting.remove(waiting)
+            else:
+                self.conn.send(("cancel", request_id))
+
+    def _send_what_fits(self) -> None:
+        """Hand the core the waiting requests, oldest first, while each one's prompt and longest
+        answer fit the KV cache beside those it runs. The pipeline does not wait for room: a
+        request its cache cannot grow into is dropped (IGNORED) mid-answer, so a burst of long
+        prompts on a small `LLMQ_KV_CACHE_MB` would fail jobs that need only wait. Counting
+        every request's whole length ignores the blocks prompts share, so it holds back a little
+        early; one request alone always goes."""
+        capacity = self.info.get("kv_capacity_tokens") or 0
+        while self._waiting:
+            request = self._waiting[0]
+            need = len(request.prompt_token_ids) + request.sampling.max_tokens
+            if self._reserved and capacity and sum(self._reserved.values()) + need > capacity:
+                return
+            self._waiting.popleft()
+            self._reserved[request.request_id] = need
+            self.conn.send(("add", request.request_id, list(request.prompt_token_ids), request.sampling))
 
     def has_unfinished(self) -> bool:
         return self.processor.has_unfinished()
@@ -233,6 +258,13 @@ class OpenVINOEngine:
             messages.append(self._received.get_nowait())
         for message in messages:
             outputs += self._handle(message)
+        ended = {out.request_id for out in outputs if out.finished}
+        if ended:
+            for request_id in ended:
+                self._reserved.pop(request_id, None)
+            if self._waiting:  # an engine failure ends waiting requests too
+                self._waiting = collections.deque(r for r in self._waiting if r.request_id not in ended)
+                self._send_what_fits()
         return outputs
 
     def _handle(self, message: tuple) -> list[RequestOutput]:
@@ -258,8 +290,10 @@ class OpenVINOEngine:
         return out
 
     def fail_all(self, message: str) -> list[RequestOutput]:
-        for request_id in self.processor.ids():
+        self._waiting.clear()
+        for request_id in self._reserved:
             self.conn.send(("cancel", request_id))
+        self._reserved.clear()
         return self.processor.fail_all(message)
 
     def _receive(self) -> None:
