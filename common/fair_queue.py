@@ -125,6 +125,14 @@ class FairQueue:
                 {"completion_tokens": int(done or 0), "max_tokens": int(max_tokens) if max_tokens else None})
         return by_worker
 
+    def interactive_waiting(self, queue: str) -> int:
+        """Keys with interactive jobs queued for this model (every level above batch): a lower
+        bound of the interactive jobs waiting, read in one round trip."""
+        pipe = self.r.pipeline(transaction=False)
+        for level in LEVELS[:-1]:
+            pipe.zcard(self.keys.fair_owners(queue, level))
+        return sum(pipe.execute())
+
     def depth(self, queue: str) -> int:
         """Jobs of a model queue not yet picked by any worker, every level. (The Celery queue's own
         length does not say this: workers take tickets ahead of free slots.)"""

@@ -74,6 +74,7 @@ class JobStore:
         self._attach = script(client, "job_attach")
         self._start = script(client, "job_start")
         self._renew_lease = script(client, "job_renew_lease")
+        self._requeue = script(client, "job_requeue")
         self._cancel = script(client, "job_cancel")
         self._finish = script(client, "job_finish")
         self._expire = script(client, "job_expire")
@@ -141,6 +142,18 @@ class JobStore:
         if claim.outcome is Claimed.START:  # the job and its followers began
             self.log.notify("start", [job_id], followers_of=job_id)
         return claim
+
+    def requeue(self, job_id: str, attempt: int, worker: str) -> bool:
+        """Put a running job its worker stopped back at the head of its queue, to start over
+        (common/lua/job_requeue.lua). False when this attempt no longer holds it."""
+        record = self.r.hmget(self.keys.job(job_id), "queue", "priority_level")
+        if None in record:
+            return False
+        queue, level = record[0], int(record[1])
+        return self._requeue(
+            keys=[self.keys.job(job_id), self.keys.lease(job_id), self.keys.fair_owners(queue, level),
+                  self.keys.fair_meta(queue, level), self.keys.held],
+            args=[*self.keys.job_layout(), job_id, attempt, worker, self.job_ttl_s, self.log.maxlen]) == 1
 
     def renew_lease(self, job_id: str, attempt: int, worker: str, lease_ttl_s: int) -> bool:
         """Extend this attempt's lease; False once the job ended or another attempt took it."""

@@ -7,6 +7,10 @@ run or wait on this worker (one was held here within `batch_yield_window_s`), ba
 at most `batch_max_share` of its slots, and the tickets beyond that wait in the worker with their
 slot free: an interactive job that comes takes one at once, with no hop through the queue. With no
 interactive job for the window, the batch has every slot again; it always keeps at least one.
+When interactive jobs then come and wait while the batch holds more than its share, the lines
+beyond it that started last are preempted: stopped, and put back at the head of the batch's queue
+to start over (worker/job_runner.py), so the first interactive burst after a quiet spell does not
+wait for lines to end.
 
 A ticket that finds only batch work and no room is not consumed (that would lose a line's turn):
 it waits for room, one waiting ticket looking again at a time, so a worker of many slots does not
@@ -68,6 +72,12 @@ class BatchYield:
                 self._interactive_held -= 1
                 self._interactive_seen_at = self.clock()
             self._room.notify_all()
+
+    def batch_over_share(self) -> int:
+        """How many more batch lines run here than their share of the slots (0 when the share
+        is every slot): lines to preempt if interactive jobs are waiting."""
+        with self._room:
+            return 0 if self.uncapped else max(0, self._batch_held - self.batch_slots)
 
     def _room_now(self) -> int | None:
         interactive = self._interactive_held or self.clock() - self._interactive_seen_at < self.window_s

@@ -61,6 +61,7 @@ class _Progress:
     finish: RequestOutput | None = None
     abort_reason: FinishReason | None = None  # TIMEOUT when we stopped it; None for a client cancel
     cancel_asked: bool = False  # a client asked to cancel (read from Redis)
+    preempt_asked: bool = False  # a batch line stopped for interactive work (starts over later)
     aborted: bool = False  # the engine was told to stop this request
     buffering: bool = False  # Redis was unavailable at the last write
     unconfirmed: str | None = None  # text of a write whose reply was lost: it may have landed
@@ -77,6 +78,7 @@ def engine_sampling(sampling: dict) -> Sampling:
 
 
 CAPPED_WAIT_S = 0.1  # a ticket waiting for batch room looks again at least this often
+PREEMPT_POLL_S = 0.2  # how often a worker whose batch lines hold more than their share looks for waiting jobs
 DEFERRED_WAIT_S = 0.02  # a ticket that left the next job to its prefix's holder looks again this often
 IDLE_WAKE_S = 1.0  # a job with nothing new still wakes this often (text held back by a Redis outage)
 
@@ -91,9 +93,11 @@ class JobRunner:
     def __init__(self, store: JobStore, loop: EngineLoop, worker_name: str, settings: Settings,
                  leases: Leases | None = None, metrics: WorkerMetrics | None = None,
                  meter: LoadMeter | None = None, cache: ResultCache | None = None,
-                 nudge: Callable[[str], None] | None = None):
+                 send_ticket: Callable[[str | None], None] | None = None):
         """`cache`: where succeeded answers to cacheable requests go (None: nowhere).
-        `nudge(worker)`: sends that worker a ticket on its own queue (common/prefix_affinity.py)."""
+        `send_ticket(worker)`: sends a spare ticket to that worker's own queue (for a job prefix
+        affinity leaves it, common/prefix_affinity.py), or with None to the model's queue (for a
+        preempted batch line)."""
         self.store = store
         self.log = store.log
         self.cache = cache
@@ -107,7 +111,10 @@ class JobRunner:
         self.cancels = CancelWatch(store, settings.cancel_poll_s)
         self.batch_yield = BatchYield(settings.max_batch_size, settings.batch_max_share,
                                       settings.batch_yield_window_s)
-        self.nudge = nudge
+        self.send_ticket = send_ticket
+        self._batch_lines: dict[str, tuple[float, Callable[[], None]]] = {}  # running here: start, preempt
+        self._batch_lines_lock = threading.Lock()
+        self._preempt_watch: threading.Thread | None = None
         self._deferred_line = threading.Lock()  # one deferring ticket looks again at a time
         self._stopping = threading.Event()
 
@@ -115,6 +122,7 @@ class JobRunner:
         """Run the job a Celery message is a ticket for: the fairest queued job of `queue` when
         a slot is free (common/fair_queue.py), or, for a redelivered message, the job it took
         before. A ticket that finds nothing queued has nothing to do."""
+        self._watch_for_preemption(queue)
         picked = self._pick(ticket, queue)
         if picked is None:
             return {"job_id": None, "status": "idle"}
@@ -157,19 +165,54 @@ class JobRunner:
                     self.batch_yield.wait_for_room(CAPPED_WAIT_S)
                     picked = pick()
                 continue
-            if picked.first and self.nudge is not None:
-                self._nudge(picked.holder)
+            if picked.first:
+                self._send_ticket(picked.holder)
             with self._deferred_line:
                 self._stopping.wait(DEFERRED_WAIT_S)
                 picked = pick()
         return picked
 
-    def _nudge(self, holder: str) -> None:
-        """A ticket on the holder's own queue: it may have a free slot and no ticket in hand."""
+    def _send_ticket(self, worker: str | None) -> bool:
+        """A spare ticket: on a prefix holder's own queue (it may have a free slot and no ticket
+        in hand), or on the model's queue for a preempted line. Never raises: the holder still
+        gets its job by any ticket it has, or ours takes it."""
+        if self.send_ticket is None:
+            return False
         try:
-            self.nudge(holder)
-        except Exception:  # the holder still gets the job by any ticket it has, or ours takes it
-            log.warning("could not send worker %s a ticket", holder, exc_info=True)
+            self.send_ticket(worker)
+            return True
+        except Exception:
+            log.warning("could not send a ticket (to %s)", worker or "the model's queue", exc_info=True)
+            return False
+
+    def _watch_for_preemption(self, queue: str) -> None:
+        """Started with the first ticket: while batch lines hold more than their share of this
+        worker's slots and interactive jobs wait for the model, preempt the lines beyond the
+        share (worker/batch_yield.py)."""
+        with self._batch_lines_lock:
+            if self._preempt_watch is not None or self.batch_yield.uncapped:
+                return
+            self._preempt_watch = threading.Thread(target=self._preempt_forever, args=(queue,),
+                                                   name="batch-preemption", daemon=True)
+            self._preempt_watch.start()
+
+    def _preempt_forever(self, queue: str) -> None:
+        while not self._stopping.wait(PREEMPT_POLL_S):
+            try:
+                over = self.batch_yield.batch_over_share()
+                if over and (waiting := self.store.fair.interactive_waiting(queue)):
+                    self.preempt_batch_lines(min(over, waiting))
+            except redis.RedisError:
+                pass  # Redis is away: nothing can start meanwhile anyway
+
+    def preempt_batch_lines(self, count: int) -> list[str]:
+        """Stop the `count` batch lines that started here last; they start over later."""
+        with self._batch_lines_lock:
+            youngest = sorted(self._batch_lines.items(), key=lambda item: item[1][0], reverse=True)[:count]
+        for job_id, (_, preempt) in youngest:
+            log.info("preempting batch line %s for interactive work", job_id, extra={"job_id": job_id})
+            preempt()
+        return [job_id for job_id, _ in youngest]
 
     def stop_waiting(self) -> None:
         """The worker stops: tickets waiting for batch room or for another worker's pick go back to
@@ -231,7 +274,14 @@ class JobRunner:
         def on_cancel() -> None:  # between writes, the worker's one watcher looks (cancel_watch)
             progress.cancel_asked = True
             stream.poke()
+
+        def on_preempt() -> None:
+            progress.preempt_asked = True
+            stream.poke()
         self.cancels.watch(job_id, on_cancel)
+        if record.get("priority") == "batch":
+            with self._batch_lines_lock:
+                self._batch_lines[job_id] = (time.monotonic(), on_preempt)
         try:
             while progress.finish is None:
                 self._collect(stream, progress, hold_until, _wait_s(deadline))
@@ -240,8 +290,13 @@ class JobRunner:
                 self._stop_if_due(job_id, progress, deadline)
         finally:
             self.cancels.forget(job_id)
-        self._retrying(lambda: self._publish(job_id, attempt, progress, raise_errors=True))
+            with self._batch_lines_lock:
+                self._batch_lines.pop(job_id, None)
         out = progress.finish
+        if progress.preempt_asked and out.finish_reason == FinishReason.CANCELLED \
+                and not progress.cancel_asked and progress.abort_reason is None:
+            return self._requeue(job_id, attempt, progress)
+        self._retrying(lambda: self._publish(job_id, attempt, progress, raise_errors=True))
         if self.meter and out.finish_reason in (FinishReason.STOP, FinishReason.LENGTH):
             self.meter.record_job(progress.completion_tokens)
         if self.metrics:
@@ -267,13 +322,23 @@ class JobRunner:
             })
         return result
 
+    def _requeue(self, job_id: str, attempt: int, progress: _Progress) -> dict:
+        """A preempted line goes back to the head of its queue with a spare ticket, so it starts
+        over on the next free slot of any worker (its text so far is dropped: the next attempt
+        writes its own, after a `restart` event). A line that ended or moved on meanwhile is
+        left as it is."""
+        if self._retrying(lambda: self.store.requeue(job_id, attempt, self.worker_name)):
+            self._send_ticket(None)
+            return {"job_id": job_id, "status": "preempted"}
+        return {"job_id": job_id, "status": "superseded"}
+
     def _stop_if_due(self, job_id: str, progress: _Progress, deadline: float | None) -> None:
         """Abort the request (once) when its run deadline passed, or when a client asked to cancel."""
         if progress.aborted:
             return
         if deadline is not None and time.monotonic() >= deadline:
             progress.abort_reason = FinishReason.TIMEOUT
-        if progress.abort_reason or progress.cancel_asked:
+        if progress.abort_reason or progress.cancel_asked or progress.preempt_asked:
             progress.aborted = True
             self.loop.abort(job_id)
 

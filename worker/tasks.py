@@ -21,16 +21,16 @@ def job_runner() -> JobRunner:
     if _job_runner is None:
         rt = get_runtime()
         _job_runner = JobRunner(rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics,
-                                meter=rt.meter, cache=rt.stores.cache, nudge=_send_ticket_to)
+                                meter=rt.meter, cache=rt.stores.cache, send_ticket=_send_spare_ticket)
     return _job_runner
 
 
-def _send_ticket_to(worker: str) -> None:
-    """A spare ticket on another worker's own queue, for the job prefix affinity leaves it (a
-    ticket that finds nothing to pick does nothing)."""
+def _send_spare_ticket(worker: str | None) -> None:
+    """A spare ticket on another worker's own queue (for the job prefix affinity leaves it), or on
+    the model's queue (for a preempted batch line). A ticket that finds nothing does nothing."""
     rt = get_runtime()
-    app.send_task(TASK_TICKET, args=["", rt.model.name], queue=rt.keys.worker_queue(rt.queue, worker),
-                  task_id=uuid.uuid4().hex)
+    queue = rt.queue if worker is None else rt.keys.worker_queue(rt.queue, worker)
+    app.send_task(TASK_TICKET, args=["", rt.model.name], queue=queue, task_id=uuid.uuid4().hex)
 
 
 def run_ticket(self, job_id: str, model: str) -> dict:

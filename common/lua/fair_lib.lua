@@ -12,6 +12,17 @@ local function fair_enqueue(owners, list, meta, owner, cost, job_id)
   end
 end
 
+-- A job that was picked goes back to the head of its key's list (a preempted job): its key
+-- rejoins the level as a new job's would, but with the job first in line.
+local function fair_enqueue_first(owners, list, meta, owner, job_id)
+  redis.call('LPUSH', list, job_id)
+  if not redis.call('ZSCORE', owners, owner) then
+    local clock = tonumber(redis.call('HGET', meta, 'clock') or '0')
+    local finish = tonumber(redis.call('HGET', meta, 'finish:' .. owner) or '0')
+    redis.call('ZADD', owners, math.max(clock, finish), owner)
+  end
+end
+
 -- A job leaves its fair list wherever it is (cancel, expiry, a finish while queued).
 local function fair_remove(job_key, job_id)
   local list = redis.call('HGET', job_key, 'fair_list')

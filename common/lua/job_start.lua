@@ -23,7 +23,8 @@ redis.call('ZREM', KEYS[2], job_id)
 if st == 'queued' then fair_remove(KEYS[1], job_id) end  -- normally already picked; not when run directly
 local attempts = redis.call('HINCRBY', KEYS[1], 'attempts', 1)
 if redis.call('HGET', KEYS[1], 'cancel_requested') == '1' then return {'cancel', attempts} end
-if attempts > tonumber(max_attempts) then return {'poison', attempts} end
+local preempted = tonumber(redis.call('HGET', KEYS[1], 'preemptions') or '0')  -- job_requeue.lua
+if attempts - preempted > tonumber(max_attempts) then return {'poison', attempts} end
 redis.call('HSET', KEYS[1], 'chunks_written', 0)  -- this attempt's chunks count from 0
 local targets = live_followers(KEYS[1])
 if not carrier then table.insert(targets, 1, job_id) end

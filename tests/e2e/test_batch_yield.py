@@ -8,6 +8,7 @@ import time
 import pytest
 
 from api import create_app
+from common.batches import line_job_id
 from tests.support.batches import chat_line, create_batch, upload, wait_batch
 from tests.support.jobs import submit
 from tests.support.servers import LiveServer
@@ -62,3 +63,36 @@ def test_batch_holds_its_share_while_interactive_jobs_run_and_a_stop_hands_waiti
     start_worker(settings.model_copy(update={"batch_max_share": 1.0}))
     state = wait_batch(url, batch["id"], timeout=300)
     assert state["status"] == "completed" and state["request_counts"]["completed"] == len(lines), state
+
+
+def test_interactive_work_after_a_quiet_spell_preempts_a_batch_line_which_starts_over(start_worker,
+                                                                                        start_control_worker):
+    """No interactive job for the window: the batch holds every slot. The first interactive job
+    then takes a preempted line's slot at once; the line starts over and the batch completes."""
+    with fresh_namespace(max_batch_size=SLOTS, batch_max_share=0.5, batch_yield_window_s=0.5,
+                         batch_poll_s=0.2) as settings:
+        app = create_app(settings)
+        svc, server = app.extensions["llmq"], LiveServer(app)
+        try:
+            start_control_worker(settings)
+            start_worker(settings)
+            lines = [chat_line(f"line-{i}", f"Write a long story about the number {i}.", max_tokens=400)
+                     for i in range(4)]
+            batch = create_batch(server.url, upload(server.url, lines))
+            deadline = time.monotonic() + 60
+            while batch_lines_held(svc) < SLOTS:
+                assert time.monotonic() < deadline, "the batch did not take every slot"
+                time.sleep(0.05)
+
+            urgent = submit(server.url, prompt="Quick: name a colour.", max_tokens=8, cache=False)
+            done = wait_for_job(server.url, urgent["id"], timeout=60)
+            assert done["status"] == "succeeded"
+            assert done["started_at"] - done["created_at"] < 1.5, done  # not after a 400-token line
+
+            state = wait_batch(server.url, batch["id"], timeout=300)
+            assert state["status"] == "completed" and state["request_counts"]["completed"] == len(lines), state
+            records = [svc.store.get(line_job_id(batch["id"], n)) for n in range(1, len(lines) + 1)]
+            assert sum(int(r.get("preemptions") or 0) for r in records) >= 1
+            assert all(r["status"] == "succeeded" for r in records)
+        finally:
+            server.stop()
