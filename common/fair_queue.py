@@ -126,11 +126,16 @@ class FairQueue:
         return by_worker
 
     def interactive_waiting(self, queue: str) -> int:
-        """Keys with interactive jobs queued for this model (every level above batch): a lower
-        bound of the interactive jobs waiting, read in one round trip."""
+        """Interactive jobs queued for this model (every level above batch), in two round trips."""
         pipe = self.r.pipeline(transaction=False)
         for level in LEVELS[:-1]:
-            pipe.zcard(self.keys.fair_owners(queue, level))
+            pipe.zrange(self.keys.fair_owners(queue, level), 0, -1)
+        lists = [self.keys.fair_jobs(queue, level, owner)
+                 for level, owners in zip(LEVELS[:-1], pipe.execute()) for owner in owners]
+        if not lists:
+            return 0
+        for jobs in lists:
+            pipe.llen(jobs)
         return sum(pipe.execute())
 
     def depth(self, queue: str) -> int:

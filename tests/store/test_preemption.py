@@ -61,3 +61,12 @@ def test_a_preemption_is_not_an_attempt_and_only_the_holding_attempt_can_requeue
     assert not store.requeue(job, 1, "w1")  # queued now: nothing to requeue
     store.fair.pick(QUEUE, uuid.uuid4().hex, "w2")
     assert store.start(job, "w2", max_attempts=1) == ("start", 2)  # not poisoned by the preemption
+
+
+def test_interactive_waiting_counts_jobs_of_every_key_above_the_batch_level(store):
+    for owner in ("a", "a", "a", "b"):
+        queue_job(store, queue=QUEUE, priority="normal", owner=owner)
+    queue_job(store, queue=QUEUE, priority="high")
+    queue_job(store, queue=QUEUE, priority="batch")
+    queue_job(store, queue="another-model", priority="normal")
+    assert store.fair.interactive_waiting(QUEUE) == 5
