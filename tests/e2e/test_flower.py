@@ -2,6 +2,7 @@
 with meaningful arguments (job id, model) and no prompt text, the queue's depth, and with
 `private_task_events` no job id at all."""
 import json
+import socket
 import subprocess
 import sys
 import uuid
@@ -61,7 +62,9 @@ def test_flower_sees_worker_tasks_and_no_prompt_text(flower, live_api, worker, s
     workers = get(flower, "/api/workers", refresh="1")
     name = next(n for n in workers if n.startswith(worker.name))
     queue = f"{stack_settings.namespace}.smollm2-135m-instruct"
-    assert [q["name"] for q in workers[name]["active_queues"]] == [queue]
+    # the model's queue, and the worker's own (spare tickets other workers send it: prefix affinity)
+    own = f"{queue}.worker.{socket.gethostname()}:{worker.proc.pid}"
+    assert sorted(q["name"] for q in workers[name]["active_queues"]) == sorted([queue, own])
 
     private = LiveServer(create_app(stack_settings.model_copy(update={"private_task_events": True})))
     try:
