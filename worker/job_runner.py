@@ -204,9 +204,12 @@ class JobRunner:
                     self.preempt_batch_lines(min(over, waiting))
             except redis.RedisError:
                 pass  # Redis is away: nothing can start meanwhile anyway
+            except Exception:  # never let the watcher die: the next look may succeed
+                log.exception("batch preemption check failed")
 
     def preempt_batch_lines(self, count: int) -> list[str]:
-        """Stop the `count` batch lines that started here last; they start over later."""
+        """Stop the `count` batch lines that started here last; they start over later. A line
+        asked again before it has stopped is the same line: asking twice changes nothing."""
         with self._batch_lines_lock:
             youngest = sorted(self._batch_lines.items(), key=lambda item: item[1][0], reverse=True)[:count]
         for job_id, (_, preempt) in youngest:
@@ -295,7 +298,7 @@ class JobRunner:
         out = progress.finish
         if progress.preempt_asked and out.finish_reason == FinishReason.CANCELLED \
                 and not progress.cancel_asked and progress.abort_reason is None:
-            return self._requeue(job_id, attempt, progress)
+            return self._requeue(job_id, attempt)
         self._retrying(lambda: self._publish(job_id, attempt, progress, raise_errors=True))
         if self.meter and out.finish_reason in (FinishReason.STOP, FinishReason.LENGTH):
             self.meter.record_job(progress.completion_tokens)
@@ -322,7 +325,7 @@ class JobRunner:
             })
         return result
 
-    def _requeue(self, job_id: str, attempt: int, progress: _Progress) -> dict:
+    def _requeue(self, job_id: str, attempt: int) -> dict:
         """A preempted line goes back to the head of its queue with a spare ticket, so it starts
         over on the next free slot of any worker (its text so far is dropped: the next attempt
         writes its own, after a `restart` event). A line that ended or moved on meanwhile is
@@ -333,7 +336,8 @@ class JobRunner:
         return {"job_id": job_id, "status": "superseded"}
 
     def _stop_if_due(self, job_id: str, progress: _Progress, deadline: float | None) -> None:
-        """Abort the request (once) when its run deadline passed, or when a client asked to cancel."""
+        """Abort the request (once) when its run deadline passed, when a client asked to cancel,
+        or when the worker preempts it (a batch line, for interactive work)."""
         if progress.aborted:
             return
         if deadline is not None and time.monotonic() >= deadline:
