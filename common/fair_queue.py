@@ -32,7 +32,7 @@ import redis
 
 from common.keys import Keys
 from common.lua import script
-from common.prefix_affinity import HOLDER_TTL_S, Deferred
+from common.prefix_affinity import HOLDER_TTL_S, MAX_HOLDERS, Deferred
 from common.schemas import PRIORITY_LEVELS, JobStatus
 
 ANONYMOUS = "~anon"  # '~' is not allowed in key ids, so no key can collide with it
@@ -90,8 +90,8 @@ class FairQueue:
         result = self._pick(keys=[self.keys.ticket(ticket), self.keys.queued, self.keys.held, *levels],
                             args=[self.keys.job(""), self.job_ttl_s, worker,
                                   "" if batch_room is None else batch_room,
-                                  affinity_wait_s, HOLDER_TTL_S, self.keys.affinity(queue, ""),
-                                  *self.keys.worker_alive_parts(),
+                                  affinity_wait_s, HOLDER_TTL_S, MAX_HOLDERS, self.keys.affinity(queue, ""),
+                                  self.keys.free_slots(""),
                                   *(self.keys.fair_jobs(queue, level, "") for level in LEVELS)])
         if not result:
             return None

@@ -59,11 +59,6 @@ class Keys:
     def worker_alive(self, name: str) -> str:
         return f"{self.ns}:worker:{name}:alive"
 
-    def worker_alive_parts(self) -> tuple[str, str]:
-        """`worker_alive(name)` as (prefix, suffix), for a script that builds it from a name."""
-        prefix, suffix = self.worker_alive("\0").split("\0")
-        return prefix, suffix
-
     def queue(self, model: str) -> str:
         """Celery queue name for a model."""
         return f"{self.ns}.{model_slug(model)}"
@@ -153,9 +148,13 @@ class Keys:
         return f"{queue}.worker.{worker}"
 
     def affinity(self, queue: str, block: str) -> str:
-        """String: the worker that last started a job whose prompt began with this block chain
-        (a hash; with block "": the prefix, for the pick script)."""
+        """Hash: the workers that started a job whose prompt began with this block chain (a hash
+        of it) -> when they last did; with block "": the prefix, for the pick script."""
         return f"{self.fair_prefix(queue)}affinity:{block}"
+
+    def free_slots(self, worker: str) -> str:
+        """String: how many more jobs a worker can start now (with worker "": the prefix)."""
+        return f"{self.ns}:free:{worker}"
 
     def ticket(self, task_id: str) -> str:
         """Which job a Celery message (a ticket) took, so its redelivery resumes that job."""

@@ -40,6 +40,7 @@ def main(argv: list[str] | None = None) -> None:
     from worker.runtime import WorkerRuntime, set_runtime
 
     runtime = WorkerRuntime.build(settings)
+    runtime.free_slots.slots = args.concurrency  # the threads that take tickets
     if runtime.engine_kind == "vllm":  # service threads off the compute cores, and below vLLM's
         keep_off_the_compute_cores(settings.vllm_cpu_reserved_cores)
         yield_to_the_engine_core(settings.vllm_relay_nice)

@@ -31,6 +31,7 @@ from common.settings import Settings
 from common.token_log import ChunkWrite
 from worker.batch_yield import BatchYield
 from worker.cancel_watch import CancelWatch
+from worker.free_slots import FreeSlots
 from worker.engine.loop import EngineLoop, RequestStream
 from worker.engine.sequence import EngineRequest, RequestOutput, ResponseFormat, Sampling
 from worker.lease import Leases, lease_ttl
@@ -93,11 +94,13 @@ class JobRunner:
     def __init__(self, store: JobStore, loop: EngineLoop, worker_name: str, settings: Settings,
                  leases: Leases | None = None, metrics: WorkerMetrics | None = None,
                  meter: LoadMeter | None = None, cache: ResultCache | None = None,
-                 send_ticket: Callable[[str | None], None] | None = None):
+                 send_ticket: Callable[[str | None], None] | None = None,
+                 free_slots: FreeSlots | None = None):
         """`cache`: where succeeded answers to cacheable requests go (None: nowhere).
         `send_ticket(worker)`: sends a spare ticket to that worker's own queue (for a job prefix
         affinity leaves it, common/prefix_affinity.py), or with None to the model's queue (for a
-        preempted batch line)."""
+        preempted batch line). `free_slots`: where this worker tells the others how many jobs it
+        can start now (worker/free_slots.py)."""
         self.store = store
         self.log = store.log
         self.cache = cache
@@ -112,6 +115,7 @@ class JobRunner:
         self.batch_yield = BatchYield(settings.max_batch_size, settings.batch_max_share,
                                       settings.batch_yield_window_s)
         self.send_ticket = send_ticket
+        self.free_slots = free_slots
         self._batch_lines: dict[str, tuple[float, Callable[[], None]]] = {}  # running here: start, preempt
         self._batch_lines_lock = threading.Lock()
         self._preempt_watch: threading.Thread | None = None
@@ -134,6 +138,8 @@ class JobRunner:
                 return self.run(job_id)
         finally:
             self.batch_yield.done(picked.priority)
+            if self.free_slots is not None:
+                self.free_slots.released()
             try:
                 self.store.fair.release(job_id, self.worker_name)
             except redis.RedisError:
@@ -154,6 +160,8 @@ class JobRunner:
             finally:
                 took = isinstance(picked, Pick) and picked.job_id
                 self.batch_yield.after_pick(room, picked.priority if took else None)
+                if took and self.free_slots is not None:
+                    self.free_slots.taken()
                 if took and picked.affinity and self.metrics is not None:
                     self.metrics.affinity_picked(picked.affinity)
         picked = pick()

@@ -19,6 +19,7 @@ from common.settings import Settings
 from common.stores import Stores
 from worker.engine.loop import EngineLoop
 from worker.engine.registry import build_engine, choose_engine
+from worker.free_slots import FreeSlots
 from worker.metrics import WorkerMetrics
 from worker.lease import Leases, lease_ttl
 from worker.load_meter import LoadMeter
@@ -44,6 +45,8 @@ class WorkerRuntime:
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
         self.leases = Leases(self.store, self.name, lease_ttl(settings))
+        self.free_slots = FreeSlots(self.redis, self.keys.free_slots(self.name), settings.max_batch_size,
+                                    ttl_s=max(3, int(3 * settings.heartbeat_s)))
         self.meter = LoadMeter()
         self._stopping = threading.Event()
 
@@ -72,6 +75,7 @@ class WorkerRuntime:
         """On a clean shutdown: stop beating and leave the live workers at once (a killed worker
         leaves when its heartbeat goes stale)."""
         self._stopping.set()
+        self.free_slots.forget()
         try:
             self.stores.registry.forget(self.name)
         except redis.RedisError as exc:
@@ -110,6 +114,7 @@ class WorkerRuntime:
                                     "hit_tokens": prefix.stats.hit_tokens,
                                     "queried_tokens": prefix.stats.queried_tokens}
         self.stores.registry.heartbeat(info, ttl_s=max(3, int(3 * self.settings.heartbeat_s)))
+        self.free_slots.publish()
         self.leases.renew()  # keep the jobs (and broker messages) this worker holds
         self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
 

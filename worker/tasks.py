@@ -21,7 +21,8 @@ def job_runner() -> JobRunner:
     if _job_runner is None:
         rt = get_runtime()
         _job_runner = JobRunner(rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics,
-                                meter=rt.meter, cache=rt.stores.cache, send_ticket=_send_spare_ticket)
+                                meter=rt.meter, cache=rt.stores.cache, send_ticket=_send_spare_ticket,
+                                free_slots=rt.free_slots)
     return _job_runner
 
 

@@ -1,7 +1,7 @@
 """Prefix affinity with two real workers (common/prefix_affinity.py): a tenant's jobs go to the
 worker that served its prompt's start, whichever worker's ticket comes first (the other hands the
-job over with a ticket on the holder's own queue); a busy holder keeps them at most the affinity
-wait."""
+job over with a ticket on the holder's own queue); when the holder is full, the other worker takes
+the next one at once and holds the prompt's start too."""
 import time
 
 import pytest
@@ -37,7 +37,7 @@ def run(client, svc, prompt, max_tokens=4, wait=True):
     return svc.store.get(job["id"])
 
 
-def test_a_tenants_jobs_stay_on_its_worker_and_a_busy_one_hands_them_on_after_the_wait(stack):
+def test_a_tenants_jobs_stay_on_its_worker_and_a_full_one_hands_them_on_at_once(stack):
     client, svc = stack
     first = run(client, svc, TENANT + "Question 0: may I return a lamp?")
     assert first["prefix_affinity"] == "new"
@@ -51,5 +51,7 @@ def test_a_tenants_jobs_stay_on_its_worker_and_a_busy_one_hands_them_on_after_th
     asked = time.time()
     job = run(client, svc, TENANT + "Question 6: may I return a lamp?")
     assert job["worker"] != holder and job["prefix_affinity"] == "miss"  # its holder's one slot is busy
-    assert WAIT_S - 0.1 < job["started_at"] - asked < WAIT_S + 1.0
+    assert job["started_at"] - asked < 1.0  # no affinity wait for a full holder
     assert job["started_at"] < svc.store.get(long["id"]).get("finished_at", float("inf"))
+    job = run(client, svc, TENANT + "Question 7: may I return a lamp?")
+    assert job["prefix_affinity"] == "hit"  # both workers hold the tenant's start now

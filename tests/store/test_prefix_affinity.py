@@ -1,5 +1,6 @@
 """Prefix affinity in the real Redis (common/prefix_affinity.py, common/lua/fair_pick.lua): a job
-is left for the live worker that last served its prompt's start, for at most the affinity wait;
+is left for a worker that served its prompt's start while that worker has a free slot, for at most
+the affinity wait; a worker with room takes it when every holder is full, and becomes a holder too;
 job order (priorities, fair shares) never changes."""
 import time
 import uuid
@@ -7,8 +8,9 @@ import uuid
 import pytest
 
 from common.fair_queue import CAPPED
-from common.prefix_affinity import BLOCK_TOKENS, MAX_BLOCKS, Deferred, prefix_blocks
+from common.prefix_affinity import BLOCK_TOKENS, MAX_BLOCKS, MAX_HOLDERS, Deferred, prefix_blocks
 from tests.support.settings import fresh_namespace
+from worker.free_slots import FreeSlots
 
 QUEUE = "q"
 WAIT_S = 0.3
@@ -34,9 +36,9 @@ def pick(store, worker, wait_s=WAIT_S):
     return store.fair.pick(QUEUE, uuid.uuid4().hex, worker, affinity_wait_s=wait_s)
 
 
-def alive(store, worker):
-    """What a worker's heartbeat writes (common/worker_registry.py)."""
-    store.r.set(store.keys.worker_alive(worker), "1", ex=60)
+def free(store, worker, slots=2):
+    """What a worker with `slots` free slots has written (worker/free_slots.py)."""
+    FreeSlots(store.r, store.keys.free_slots(worker), slots, ttl_s=60).publish()
 
 
 def test_prompts_sharing_a_start_share_its_block_chains_and_only_whole_blocks_count():
@@ -50,7 +52,7 @@ def test_prompts_sharing_a_start_share_its_block_chains_and_only_whole_blocks_co
 
 
 def test_the_next_job_waits_for_the_worker_that_served_its_start(store):
-    alive(store, "a")
+    free(store, "a")
     first = queue_job(store, SYSTEM + [1])
     assert pick(store, "a")[:4] == (first, "picked", "normal", "new")
     second = queue_job(store, SYSTEM + [2])
@@ -59,22 +61,29 @@ def test_the_next_job_waits_for_the_worker_that_served_its_start(store):
     assert pick(store, "a")[:4] == (second, "picked", "normal", "hit")
 
 
-def test_the_taker_of_a_job_left_too_long_becomes_the_holder(store):
-    alive(store, "a")
-    alive(store, "b")
+def test_when_every_holder_is_full_a_worker_with_room_takes_the_job_and_holds_it_too(store):
+    free(store, "a", 0)
+    free(store, "b", 1)
     queue_job(store, SYSTEM + [1])
     pick(store, "a")
     second = queue_job(store, SYSTEM + [2])
-    assert pick(store, "b", wait_s=0.05) == Deferred("a", first=True)
-    time.sleep(0.1)
-    assert pick(store, "b", wait_s=0.05)[:4] == (second, "picked", "normal", "miss")
-    third = queue_job(store, SYSTEM + [3])
-    assert pick(store, "a") == Deferred("b", first=True)  # b served the start last
-    assert pick(store, "b").job_id == third
+    assert pick(store, "b")[:4] == (second, "picked", "normal", "miss")  # no wait for a full holder
+    third, fourth = queue_job(store, SYSTEM + [3]), queue_job(store, SYSTEM + [4])
+    assert pick(store, "a").affinity == "hit" and pick(store, "b").affinity == "hit"  # both hold it now
+    assert {store.get(third)["prefix_affinity"], store.get(fourth)["prefix_affinity"]} == {"hit"}
+
+
+def test_a_chain_keeps_its_most_recent_holders(store):
+    for n in range(MAX_HOLDERS + 3):
+        queue_job(store, SYSTEM + [n])
+        pick(store, f"w{n}")  # no holder has room: each worker takes one and holds the chain too
+        time.sleep(0.002)
+    key = store.keys.affinity(QUEUE, prefix_blocks(SYSTEM).split()[-1])
+    assert sorted(store.r.hkeys(key)) == sorted(f"w{n}" for n in range(3, MAX_HOLDERS + 3))
 
 
 def test_a_holder_that_does_not_pick_loses_the_job_after_the_wait(store):
-    alive(store, "a")  # live, but takes nothing (every slot busy, or its ticket was lost)
+    free(store, "a")  # says it has room, but takes nothing (stuck, or its ticket was lost)
     queue_job(store, SYSTEM + [1])
     pick(store, "a")
     second = queue_job(store, SYSTEM + [2])
@@ -87,7 +96,7 @@ def test_a_holder_that_does_not_pick_loses_the_job_after_the_wait(store):
 
 def test_a_gone_holder_does_not_keep_the_job(store):
     queue_job(store, SYSTEM + [1])
-    pick(store, "a")  # "a" has no fresh heartbeat: it is gone
+    pick(store, "a")  # "a" never said it has room (or its count lapsed): gone
     second = queue_job(store, SYSTEM + [2])
     assert pick(store, "b").job_id == second
 
@@ -95,8 +104,8 @@ def test_a_gone_holder_does_not_keep_the_job(store):
 def test_affinity_never_reorders_jobs(store):
     """The head job waits for its holder; no other worker takes a later job meanwhile, even one
     whose start it holds. A higher priority still goes first."""
-    alive(store, "a")
-    alive(store, "b")
+    free(store, "a")
+    free(store, "b")
     queue_job(store, SYSTEM + [1], owner="k1")
     pick(store, "a")
     theirs = [7] * (2 * BLOCK_TOKENS)
@@ -112,7 +121,7 @@ def test_affinity_never_reorders_jobs(store):
 
 
 def test_with_affinity_off_picks_are_as_before_and_nothing_is_remembered(store):
-    alive(store, "a")
+    free(store, "a")
     first = queue_job(store, SYSTEM + [1])
     assert pick(store, "a", wait_s=0)[:4] == (first, "picked", "normal", "")
     second = queue_job(store, SYSTEM + [2])
@@ -121,7 +130,7 @@ def test_with_affinity_off_picks_are_as_before_and_nothing_is_remembered(store):
 
 
 def test_a_short_prompt_is_not_routed_on(store):
-    alive(store, "a")
+    free(store, "a")
     queue_job(store, [1, 2, 3])
     assert pick(store, "a").affinity == ""
     second = queue_job(store, [1, 2, 3])
@@ -129,6 +138,6 @@ def test_a_short_prompt_is_not_routed_on(store):
 
 
 def test_batch_room_still_applies(store):
-    alive(store, "a")
+    free(store, "a")
     queue_job(store, SYSTEM + [1], priority="batch")
     assert store.fair.pick(QUEUE, uuid.uuid4().hex, "b", batch_room=0, affinity_wait_s=WAIT_S) == CAPPED
