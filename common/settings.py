@@ -202,7 +202,7 @@ class Settings(BaseSettings):
         10.0, ge=0, description="how long after its last interactive job a worker keeps slots free "
                                 "of batch lines")
     prefix_affinity_wait_s: float = Field(
-        0.5, ge=0, description="longest a job at the head of its queue is kept for the worker that last "
+        0.5, ge=0, description="longest a job at the head of its queue is kept for a worker that recently "
                                "served its prompt's leading tokens (and likely still caches them), while "
                                "that worker says it has a free slot; 0 = prefix affinity off")
     batch_cancel_grace_s: float = Field(60.0, ge=0, description="how long a cancelling batch waits for its "
