@@ -64,8 +64,8 @@ def engine_prefix_stats(stack: Stack) -> tuple[int, int] | None:
 
 def run(stack: Stack, systems: list[str], requests_n: int, clients: int, max_tokens: int) -> dict:
     stack.wait_ready(timeout=600)  # a first OpenVINO run exports the model
-    deadline = time.monotonic() + 120
-    while len(requests.get(f"{stack.url}/health", timeout=10).json().get("workers_detail") or []) < 2:
+    deadline = time.monotonic() + 120  # both consumers answer (a heartbeat comes before the consumer)
+    while len(requests.get(f"{stack.url}/health?deep=1", timeout=10).json().get("celery_workers") or []) < 2:
         assert time.monotonic() < deadline, "two workers did not come up"
         time.sleep(1)
     warm = [submit(stack, tenant_messages(systems, t), max_tokens)[0] for t in range(len(systems))]
