@@ -24,6 +24,7 @@ A job with no known holder, or a prompt shorter than one block, is picked as wit
 from __future__ import annotations
 
 import hashlib
+import struct
 from typing import NamedTuple
 
 BLOCK_TOKENS = 64  # tokens per hashed block: a shared start shorter than this is not routed on
@@ -43,8 +44,10 @@ def prefix_blocks(prompt_ids: list[int]) -> str:
     """The job record's `prefix_blocks`: the hashes of the prompt's block chains, shortest first,
     space-separated ('' for a prompt shorter than one block). Only whole blocks: the last partial
     block is where prompts that share a start usually differ."""
-    hashes, chain = [], hashlib.blake2b(digest_size=8)
-    for start in range(0, min(len(prompt_ids) // BLOCK_TOKENS, MAX_BLOCKS) * BLOCK_TOKENS, BLOCK_TOKENS):
-        chain.update(b"".join(t.to_bytes(4, "little") for t in prompt_ids[start:start + BLOCK_TOKENS]))
+    tokens = min(len(prompt_ids) // BLOCK_TOKENS, MAX_BLOCKS) * BLOCK_TOKENS
+    data = struct.pack(f"<{tokens}I", *prompt_ids[:tokens])  # one call: this runs on every admission
+    hashes, chain, step = [], hashlib.blake2b(digest_size=8), BLOCK_TOKENS * 4
+    for start in range(0, len(data), step):
+        chain.update(data[start:start + step])
         hashes.append(chain.copy().hexdigest())
     return " ".join(hashes)

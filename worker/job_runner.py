@@ -180,18 +180,16 @@ class JobRunner:
                 picked = pick()
         return picked
 
-    def _send_ticket(self, worker: str | None) -> bool:
+    def _send_ticket(self, worker: str | None) -> None:
         """A spare ticket: on a prefix holder's own queue (it may have a free slot and no ticket
         in hand), or on the model's queue for a preempted line. Never raises: the holder still
         gets its job by any ticket it has, or ours takes it."""
         if self.send_ticket is None:
-            return False
+            return
         try:
             self.send_ticket(worker)
-            return True
         except Exception:
             log.warning("could not send a ticket (to %s)", worker or "the model's queue", exc_info=True)
-            return False
 
     def _watch_for_preemption(self, queue: str) -> None:
         """Started with the first ticket: while batch lines hold more than their share of this
@@ -209,13 +207,13 @@ class JobRunner:
             try:
                 over = self.batch_yield.batch_over_share()
                 if over and (waiting := self.store.fair.interactive_waiting(queue)):
-                    self.preempt_batch_lines(min(over, waiting))
+                    self._preempt_batch_lines(min(over, waiting))
             except redis.RedisError:
                 pass  # Redis is away: nothing can start meanwhile anyway
             except Exception:  # never let the watcher die: the next look may succeed
                 log.exception("batch preemption check failed")
 
-    def preempt_batch_lines(self, count: int) -> list[str]:
+    def _preempt_batch_lines(self, count: int) -> None:
         """Stop the `count` batch lines that started here last; they start over later. A line
         asked again before it has stopped is the same line: asking twice changes nothing."""
         with self._batch_lines_lock:
@@ -223,7 +221,6 @@ class JobRunner:
         for job_id, (_, preempt) in youngest:
             log.info("preempting batch line %s for interactive work", job_id, extra={"job_id": job_id})
             preempt()
-        return [job_id for job_id, _ in youngest]
 
     def stop_waiting(self) -> None:
         """The worker stops: tickets waiting for batch room or for another worker's pick go back to

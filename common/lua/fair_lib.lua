@@ -1,10 +1,8 @@
 -- The fair queue's steps inside job scripts (common/fair_queue.py).
 
--- A new job joins its key's list; a key that becomes active joins at the level's virtual clock,
--- never below its own last finish tag.
-local function fair_enqueue(owners, list, meta, owner, cost, job_id)
-  redis.call('RPUSH', list, job_id)
-  redis.call('HSET', meta, 'cost:' .. owner, cost)
+-- A key that becomes active joins its level at the virtual clock, never below its own last
+-- finish tag.
+local function fair_join(owners, meta, owner)
   if not redis.call('ZSCORE', owners, owner) then
     local clock = tonumber(redis.call('HGET', meta, 'clock') or '0')
     local finish = tonumber(redis.call('HGET', meta, 'finish:' .. owner) or '0')
@@ -12,15 +10,17 @@ local function fair_enqueue(owners, list, meta, owner, cost, job_id)
   end
 end
 
--- A job that was picked goes back to the head of its key's list (a preempted job): its key
--- rejoins the level as a new job's would, but with the job first in line.
+-- A new job joins the end of its key's list.
+local function fair_enqueue(owners, list, meta, owner, cost, job_id)
+  redis.call('RPUSH', list, job_id)
+  redis.call('HSET', meta, 'cost:' .. owner, cost)
+  fair_join(owners, meta, owner)
+end
+
+-- A job that was picked goes back to the head of its key's list (a preempted job).
 local function fair_enqueue_first(owners, list, meta, owner, job_id)
   redis.call('LPUSH', list, job_id)
-  if not redis.call('ZSCORE', owners, owner) then
-    local clock = tonumber(redis.call('HGET', meta, 'clock') or '0')
-    local finish = tonumber(redis.call('HGET', meta, 'finish:' .. owner) or '0')
-    redis.call('ZADD', owners, math.max(clock, finish), owner)
-  end
+  fair_join(owners, meta, owner)
 end
 
 -- A job leaves its fair list wherever it is (cancel, expiry, a finish while queued).

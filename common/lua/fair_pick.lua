@@ -79,8 +79,9 @@ for level = 1, levels do
     else
       local job_key = job_prefix .. job_id
       local job = redis.call('HMGET', job_key, 'status', 'priority', 'prefix_blocks', 'affinity_since')
-      local outcome, t = '', now()
+      local outcome, t = '', nil
       if job[1] == 'queued' and wait > 0 and job[3] and job[3] ~= '' then
+        t = now()
         local holders = holders_of(job[3], t)
         if not holders or next(holders) == nil then
           outcome = 'new'
