@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from api.services import Services
-from common.eta import WorkerLoad, estimate, max_tokens_of, place_fields
+from common.eta import estimate, fleet_loads, max_tokens_of, place_fields
 from common.schemas import JobStatus
 
 
@@ -13,6 +13,5 @@ def queue_eta(svc: Services, record: dict) -> dict:
     ahead = svc.store.queue_position(record)
     if ahead is None:
         return {}
-    model = record.get("model")
-    loads = [WorkerLoad.from_heartbeat(w) for w in svc.registry.live() if w.get("model") == model]
+    loads = fleet_loads(svc.registry.live(), svc.model_loads.last()).get(record.get("model"), [])
     return place_fields(ahead, estimate(ahead, max_tokens_of(record), loads))

@@ -17,7 +17,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from api.services import Services
 from common.demand import model_demand
-from common.errors import ApiError
 
 log = logging.getLogger("api.access")
 
@@ -84,21 +83,24 @@ class ClusterCollector:
         live = GaugeMetricFamily("llmq_model_workers", "live workers serving a model", labels=["model"])
         desired = GaugeMetricFamily("llmq_model_desired_workers", "workers that would hold every queued "
                                     "and held job of a model at once (0: no work)", labels=["model"])
+        loading = GaugeMetricFamily("llmq_model_loading", "1 while a worker loads the model (it had queued "
+                                    "jobs and no live worker)", labels=["model"])
+        load_s = GaugeMetricFamily("llmq_model_load_seconds", "how long the model's last load took",
+                                   labels=["model"])
         for demand in model_demand(self.svc, self._served_models(), workers, self.svc.settings.max_batch_size):
+            loading.add_metric([demand.model], 1 if demand.loading_by else 0)
+            if demand.last_load:
+                load_s.add_metric([demand.model], demand.last_load["load_s"])
             jobs.add_metric([demand.model, "queued"], demand.queued)
             jobs.add_metric([demand.model, "held"], demand.held)
             slots.add_metric([demand.model], demand.slots)
             live.add_metric([demand.model], demand.workers)
             desired.add_metric([demand.model], demand.desired_workers)
-        yield from (jobs, slots, live, desired)
+        yield from (jobs, slots, live, desired, loading, load_s)
 
     def _served_models(self) -> set[str]:
-        """The model this deployment serves, even while no worker is live (scale from zero)."""
-        try:
-            model, _ = self.svc.admission.model()
-        except ApiError:  # not prepared yet (503): the workers' models still count
-            return set()
-        return {model.name}
+        """The catalog's models, even while no worker is live (scale from zero)."""
+        return set(self.svc.admission.served_models())
 
     def _queues(self, workers: list[dict]) -> set[str]:
         """The served model's queue and every queue a live worker consumes."""

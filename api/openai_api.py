@@ -21,6 +21,7 @@ from werkzeug.exceptions import HTTPException
 from api.auth import current_key
 from common.errors import ApiError, describe_validation
 from api.jobs import json_body
+from common.demand import model_demand, model_state
 from common.openai_format import Surface, error_body, sse_data
 from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
@@ -48,14 +49,15 @@ def completions():
 
 @bp.get("/models")
 def list_models():
-    return jsonify({"object": "list", "data": [_model_card(m) for m in _live_models(services())]})
+    return jsonify({"object": "list", "data": _model_cards(services())})
 
 
 @bp.get("/models/<path:model>")
 def get_model(model: str):
-    if model not in _live_models(services()):
-        raise ApiError(404, "model_not_found", f"no live worker serves model {model!r}", param="model")
-    return jsonify(_model_card(model))
+    card = next((c for c in _model_cards(services()) if c["id"] == model), None)
+    if card is None:
+        raise ApiError(404, "model_not_found", f"model {model!r} is not served here", param="model")
+    return jsonify(card)
 
 
 def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest) -> Response:
@@ -157,13 +159,13 @@ def _job_error(record: dict) -> ApiError:
                     error.get("message") or f"job {record['id']} ended as {status}")
 
 
-def _live_models(svc: Services) -> list[str]:
-    """Models served by workers whose heartbeat is still fresh."""
-    return list(dict.fromkeys(info["model"] for info in svc.registry.live() if info.get("model")))
-
-
-def _model_card(model: str) -> dict:
-    return {"id": model, "object": "model", "created": 0, "owned_by": "llmq"}
+def _model_cards(svc: Services) -> list[dict]:
+    """OpenAI's model objects for every catalog model (and any a live worker serves), each with
+    an `llmq` field OpenAI clients ignore: whether it is loaded, who holds it, its jobs."""
+    workers = svc.registry.live()
+    demands = model_demand(svc, set(svc.admission.served_models()), workers, svc.settings.max_batch_size)
+    return [{"id": d.model, "object": "model", "created": 0, "owned_by": "llmq", "llmq": model_state(d, workers)}
+            for d in demands]
 
 
 @bp.errorhandler(Exception)

@@ -23,8 +23,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from api.wakeups import JobWatcher
-from common.eta import WorkerLoad, estimate_at, max_tokens_of, place_fields, start_slots
+from common.eta import estimate_at, fleet_loads, max_tokens_of, place_fields, start_slots
 from common.jobs import JobStore
+from common.model_loads import ModelLoads
 from common.schemas import JobStatus
 from common.worker_registry import WorkerRegistry
 
@@ -43,10 +44,11 @@ class _Waiting:
 
 
 class QueuePlaces:
-    def __init__(self, store: JobStore, registry: WorkerRegistry, interval_s: float = 1.0,
-                 every_s: float = 5.0, linger_s: float = 10.0):
+    def __init__(self, store: JobStore, registry: WorkerRegistry, model_loads: ModelLoads,
+                 interval_s: float = 1.0, every_s: float = 5.0, linger_s: float = 10.0):
         self._store = store
         self._registry = registry
+        self._model_loads = model_loads
         self._interval_s, self._every_s, self._linger_s = interval_s, every_s, linger_s
         self._waiting: set[_Waiting] = set()
         self._lock = threading.Lock()
@@ -102,9 +104,7 @@ class QueuePlaces:
         if not queued:
             return
         positions = self._store.fair.positions(list({w.where["id"]: w.where for w in queued}.values()))
-        loads: dict[str, list[WorkerLoad]] = {}
-        for info in self._registry.live():
-            loads.setdefault(info.get("model"), []).append(WorkerLoad.from_heartbeat(info))
+        loads = fleet_loads(self._registry.live(), self._model_loads.last())
         starts: dict[str, list[tuple[float, int]]] = {}
         for model, workers in loads.items():
             most = max((positions.get(w.where["id"], 0) for w in queued

@@ -26,4 +26,5 @@ def ui_config():
     model, builder = svc.admission.model()
     return jsonify({"model": model.name, "context_length": builder.context_length,
                     "max_tokens_cap": svc.settings.max_tokens_cap,
-                    "default_max_tokens": svc.settings.default_max_tokens})
+                    "default_max_tokens": svc.settings.default_max_tokens,
+                    "models": svc.admission.served_models()})

@@ -4,6 +4,8 @@ stay below its vocab; the model keeps Qwen's 151,936-row embedding and LM head, 
 cost is the real one). The text it writes is noise: use it for timing only.
 
     python -m bench.make_qwen_size_model [OUT_DIR]     (default ~/.cache/llmq/models/qwen2.5-0.5b-random)
+    python -m bench.make_qwen_size_model --tiny [OUT_DIR]   (a 2-layer one: a second catalog model
+                                                            that loads in a second, for tests)
 """
 from __future__ import annotations
 
@@ -23,13 +25,18 @@ QWEN25_05B = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24,
                   rope_theta=1000000.0, rms_norm_eps=1e-6, tie_word_embeddings=True,
                   hidden_act="silu", attention_dropout=0.0, use_sliding_window=False)
 
+# The same architecture at a toy size, over the embedded model's vocabulary: a second model that
+# answers differently from the embedded one and loads in about a second
+TINY = dict(QWEN25_05B, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+            num_key_value_heads=2, vocab_size=49152, max_position_embeddings=8192)
 
-def build(out: Path) -> Path:
+
+def build(out: Path, sizes: dict = QWEN25_05B) -> Path:
     if (out / "config.json").exists():
         return out
     smol = embedded_model(Settings(), prepare=True).path
     torch.manual_seed(0)
-    config = Qwen2Config(**QWEN25_05B, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config = Qwen2Config(**sizes, bos_token_id=1, eos_token_id=2, pad_token_id=2)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp)
@@ -40,9 +47,11 @@ def build(out: Path) -> Path:
     return out
 
 
-def default_out() -> Path:
-    return Settings().model_cache_dir / "qwen2.5-0.5b-random"
+def default_out(tiny: bool = False) -> Path:
+    return Settings().model_cache_dir / ("tiny-random" if tiny else "qwen2.5-0.5b-random")
 
 
 if __name__ == "__main__":
-    print(build(Path(sys.argv[1]) if len(sys.argv) > 1 else default_out()))
+    tiny = "--tiny" in sys.argv
+    args = [a for a in sys.argv[1:] if a != "--tiny"]
+    print(build(Path(args[0]) if args else default_out(tiny), TINY if tiny else QWEN25_05B))

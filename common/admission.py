@@ -16,14 +16,16 @@ import uuid
 from collections.abc import Callable
 from typing import ContextManager
 
+from common.catalog import Catalog
 from common.celery_app import TASK_TICKET, task_options
 from common.errors import ApiError
 from common.eta import WorkerLoad, retry_after
-from common.models import ModelRef, ModelUnavailable, resolve_model
+from common.models import ModelRef, ModelUnavailable
 from common.offload import off_the_loop
 from common.prefix_affinity import prefix_blocks
 from common.prompting import PromptBuilder, TemplateError
 from common.schemas import JobRequest, JobStatus
+from common.settings import Settings
 from common.stores import Stores
 from common.webhooks import DEFAULT_JOB_EVENTS, WebhookUrlError, validate_webhook_url
 
@@ -35,19 +37,47 @@ class Admission:
         self.store = stores.store
         self.cache = stores.cache
         self._lock = threading.Lock()
-        self._model: tuple[ModelRef, PromptBuilder] | None = None
+        self.catalog = Catalog.from_settings(self.settings)
+        self._models: dict[str | None, tuple[ModelRef, PromptBuilder, Settings]] = {}
         self._swept_at = 0.0
 
-    def model(self) -> tuple[ModelRef, PromptBuilder]:
-        """The served model and its prompt builder; 503 until a worker has prepared the model."""
+    def model(self, name: str | None = None) -> tuple[ModelRef, PromptBuilder]:
+        """The catalog model a request names (None: the default) and its prompt builder: 404 for a
+        model not in the catalog, 503 until it has been prepared on disk (its tokenizer is read
+        here; its weights only by workers). A catalog model no worker holds yet is served: its
+        jobs wait in its queue until a worker loads it."""
+        ref, builder, _ = self._model(name)
+        return ref, builder
+
+    def served_models(self) -> list[str]:
+        """The names of the catalog's models (without a catalog file: the one model, once it is
+        prepared on disk; none before)."""
+        if self.catalog.named:
+            return list(self.catalog.models)
+        try:
+            return [self.model()[0].name]
+        except ApiError:
+            return []
+
+    def _model(self, name: str | None) -> tuple[ModelRef, PromptBuilder, Settings]:
+        """`model`, with the settings it is served with (a catalog entry may set its own limits)."""
+        entry = self.catalog.get(name)
+        if entry is None:
+            raise ApiError(404, "model_not_found", f"model {name!r} is not served here; this deployment "
+                                                   f"serves {sorted(self.catalog.models)}")
         with self._lock:
-            if self._model is None:
+            if entry.name not in self._models:
                 try:
-                    ref = resolve_model(self.settings, prepare=False)
+                    ref = entry.resolve(self.settings)
                 except ModelUnavailable as exc:
                     raise ApiError(503, "model_unavailable", str(exc), {"Retry-After": "10"})
-                self._model = (ref, PromptBuilder(ref.path, self.settings.max_model_len))
-            return self._model
+                settings = entry.settings(self.settings) if self.catalog.named else self.settings
+                self._models[entry.name] = (ref, PromptBuilder(ref.path, settings.max_model_len), settings)
+            ref, builder, settings = self._models[entry.name]
+        if name not in (None, ref.name):  # without a catalog file: the one model, by its own name
+            raise ApiError(404, "model_not_found", f"model {name!r} is not served here; "
+                                                   f"this deployment serves {ref.name!r}")
+        return ref, builder, settings
 
     def submit(self, req: JobRequest, *, owner: str | None, priority: str, weight: float = 1.0,
                webhook: dict | None = None,
@@ -84,16 +114,13 @@ class Admission:
         tokens, sampling within the context (ApiError otherwise). Returns (fields, digest); the
         digest names identical requests, for the result cache and for coalescing (None: not
         deterministic or cache off)."""
-        model, builder = self.model()
-        if req.model not in (None, model.name):
-            raise ApiError(404, "model_not_found", f"model {req.model!r} is not served here; "
-                                                   f"this deployment serves {model.name!r}")
+        model, builder, settings = self._model(req.model)
         messages = [m.model_dump() for m in req.messages] if req.messages else None
         try:
             _, prompt_ids = off_the_loop(builder.build, messages, req.prompt)
         except TemplateError as exc:
             raise ApiError(422, "validation_error", f"messages: {exc}")
-        sampling = self._sampling_within_context(req, len(prompt_ids), builder.context_length)
+        sampling = _sampling_within_context(req, len(prompt_ids), builder.context_length, settings)
         digest = _cache_key(model.name, prompt_ids, sampling) if req.cache and req.deterministic else None
         fields = {
             "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
@@ -181,26 +208,6 @@ class Admission:
         run_s = min(filter(None, (req.run_timeout, self.settings.run_timeout_s)), default=None)
         return {"queue_deadline": now + queue_s if queue_s else None, "run_timeout_s": run_s}
 
-    def _sampling_within_context(self, req: JobRequest, prompt_tokens: int, context: int) -> dict:
-        settings = self.settings
-        if req.max_tokens > settings.max_tokens_cap:
-            raise ApiError(422, "validation_error",
-                           f"max_tokens: at most {settings.max_tokens_cap} (got {req.max_tokens})")
-        room = context - prompt_tokens
-        if room < 1:
-            raise ApiError(413, "context_length_exceeded",
-                           f"the prompt has {prompt_tokens} tokens; the model's context is {context}")
-        max_tokens = req.max_tokens if "max_tokens" in req.model_fields_set else settings.default_max_tokens
-        if max_tokens > room:
-            if "max_tokens" in req.model_fields_set:
-                raise ApiError(413, "context_length_exceeded",
-                               f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the "
-                               f"model's context of {context}; lower max_tokens to {room} or less")
-            max_tokens = room
-        sampling = req.sampling().model_dump()
-        sampling["max_tokens"] = max_tokens
-        return sampling
-
     def _answer_from_cache(self, fields: dict, digest: str | None) -> dict | None:
         """The job, created already answered, when the result cache has this request's answer;
         None otherwise (not deterministic, cache off, or a miss)."""
@@ -221,3 +228,24 @@ class Admission:
 def _cache_key(model: str, prompt_ids: list[int], sampling: dict) -> str:
     blob = json.dumps({"model": model, "prompt": prompt_ids, "sampling": sampling}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _sampling_within_context(req: JobRequest, prompt_tokens: int, context: int, settings: Settings) -> dict:
+    """The request's sampling, its max_tokens within the model's context and limits (ApiError otherwise)."""
+    if req.max_tokens > settings.max_tokens_cap:
+        raise ApiError(422, "validation_error",
+                       f"max_tokens: at most {settings.max_tokens_cap} (got {req.max_tokens})")
+    room = context - prompt_tokens
+    if room < 1:
+        raise ApiError(413, "context_length_exceeded",
+                       f"the prompt has {prompt_tokens} tokens; the model's context is {context}")
+    max_tokens = req.max_tokens if "max_tokens" in req.model_fields_set else settings.default_max_tokens
+    if max_tokens > room:
+        if "max_tokens" in req.model_fields_set:
+            raise ApiError(413, "context_length_exceeded",
+                           f"prompt ({prompt_tokens} tokens) + max_tokens ({max_tokens}) exceeds the "
+                           f"model's context of {context}; lower max_tokens to {room} or less")
+        max_tokens = room
+    sampling = req.sampling().model_dump()
+    sampling["max_tokens"] = max_tokens
+    return sampling

@@ -23,6 +23,13 @@ class ModelDemand:
     workers: int  # live workers serving the model
     slots: int  # their batch slots, together
     slots_per_worker: int  # one worker's batch size (a new worker's, when none is live)
+    loading_by: str | None = None  # the worker loading it now, if one is
+    last_load: dict | None = None  # its last load: {load_s, memory_mb, worker, at}
+
+    @property
+    def state(self) -> str:
+        """loaded (a live worker holds it), loading (one is loading it) or cold."""
+        return "loaded" if self.workers else "loading" if self.loading_by else "cold"
 
     @property
     def desired_workers(self) -> int:
@@ -36,6 +43,8 @@ def model_demand(stores: Stores, models: set[str], workers: list[dict], default_
     the live workers (`WorkerRegistry.live`); `default_slots`: a worker's batch size when no
     worker of a model is live to say."""
     names = sorted(models | {w["model"] for w in workers if w.get("model")})
+    loading = stores.model_loads.loading(names)
+    last_loads = stores.model_loads.last()
     demands = []
     for name in names:
         mine = [w for w in workers if w.get("model") == name]
@@ -43,5 +52,14 @@ def model_demand(stores: Stores, models: set[str], workers: list[dict], default_
         demands.append(ModelDemand(
             model=name, queued=stores.fair.depth(stores.keys.queue(name)),
             held=sum(int(w.get("running", 0)) for w in mine), workers=len(mine), slots=sum(sizes),
-            slots_per_worker=max(sizes, default=default_slots)))
+            slots_per_worker=max(sizes, default=default_slots), loading_by=loading.get(name),
+            last_load=last_loads.get(name)))
     return demands
+
+
+def model_state(demand: ModelDemand, workers: list[dict]) -> dict:
+    """A model's state as the API shows it (/v1/models, /health, the chat page)."""
+    last = demand.last_load or {}
+    return {"state": demand.state, "workers": sorted(w["name"] for w in workers if w.get("model") == demand.model),
+            "loading_by": demand.loading_by, "queued": demand.queued, "running": demand.held,
+            "load_s": last.get("load_s"), "memory_mb": last.get("memory_mb")}

@@ -31,6 +31,7 @@ class WorkerLoad:
     mean_job_tokens: float  # decayed mean completion length of finished jobs
     sequence_tokens_per_s: float | None = None  # one sequence's rate while busy, decayed
     remaining_tokens: tuple[float, ...] = ()  # expected tokens left, jobs it holds
+    ready_in_s: float = 0.0  # until its model is loaded (a cold model: its last load's time)
 
     @classmethod
     def from_heartbeat(cls, info: dict) -> "WorkerLoad":
@@ -82,7 +83,7 @@ def start_slots(most_ahead: int, workers: list[WorkerLoad]) -> list[tuple[float,
         known = list(w.remaining_tokens)[:w.capacity]
         unknown = max(min(w.running, w.capacity) - len(known), 0)  # held, progress unknown: half done
         busy = [left / w.per_sequence for left in known] + [w.mean_job_tokens / 2 / w.per_sequence] * unknown
-        slots += [(t, index) for t in busy + [0.0] * (w.capacity - len(busy))]
+        slots += [(w.ready_in_s + t, index) for t in busy + [0.0] * (w.capacity - len(busy))]
     heapq.heapify(slots)
     starts = []
     for _ in range(most_ahead + 1):
@@ -99,6 +100,21 @@ def estimate_at(slot: tuple[float, int], max_tokens: int, workers: list[WorkerLo
     w = workers[index]
     start = max(start, PICKUP_S)
     return Estimate(start_in_s=start, finish_in_s=start + min(max_tokens, w.mean_job_tokens) / w.per_sequence)
+
+
+def fleet_loads(live: list[dict], last_loads: dict[str, dict]) -> dict[str, list[WorkerLoad]]:
+    """The live workers' loads by model; a model no live worker holds but that has been loaded
+    before gets one worker that is ready once the model has loaded again (its last load's time),
+    so the ETAs of jobs waiting for a cold model count the load."""
+    loads: dict[str, list[WorkerLoad]] = {}
+    for info in live:
+        loads.setdefault(info.get("model"), []).append(WorkerLoad.from_heartbeat(info))
+    for model, last in last_loads.items():
+        if model not in loads:
+            loads[model] = [WorkerLoad(capacity=int(last.get("slots") or 1), running=0,
+                                       tokens_per_s=float(last.get("tokens_per_s") or DEFAULT_TOKENS_PER_S),
+                                       mean_job_tokens=DEFAULT_JOB_TOKENS, ready_in_s=float(last["load_s"]))]
+    return loads
 
 
 def retry_after(excess: int, workers: list[WorkerLoad], floor_s: int = 1, ceiling_s: int = 600) -> int:

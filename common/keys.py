@@ -63,6 +63,17 @@ class Keys:
         """Celery queue name for a model."""
         return f"{self.ns}.{model_slug(model)}"
 
+    def model_loading(self, model: str) -> str:
+        """The lock a worker holds while it loads `model` (value: its name; expires unless renewed),
+        so one worker loads a cold model, not every worker that sees its queue."""
+        return f"{self.ns}:loading:{model_slug(model)}"
+
+    @property
+    def model_loads(self) -> str:
+        """Hash model -> JSON of its last load (seconds, worker, when): for /v1/models and the ETAs
+        of jobs waiting for a cold model."""
+        return f"{self.ns}:model_loads"
+
     # --- metrics -------------------------------------------------------------------------
     @property
     def stats(self) -> str:

@@ -36,9 +36,10 @@ class ModelRef:
     gguf: Path | None = None  # the GGUF file it came from, which the OpenVINO engine serves as is
 
 
-def resolve_model(settings: Settings, prepare: bool = False) -> ModelRef:
+def resolve_model(settings: Settings, prepare: bool = False, fallback: bool = True) -> ModelRef:
     """Find the model to serve. With `prepare`, download or convert as needed (worker, ops);
-    without it, only look at disk (the API, which must never download or load weights)."""
+    without it, only look at disk (the API, which must never download or load weights). Without
+    `fallback`, a hub name that is not available raises instead of serving the embedded model."""
     spec = settings.model
     if spec == "embedded":
         return embedded_model(settings, prepare)
@@ -51,6 +52,8 @@ def resolve_model(settings: Settings, prepare: bool = False) -> ModelRef:
     hub_path = _from_hub(spec, download=prepare and settings.allow_download)
     if hub_path is not None:
         return ModelRef(spec, hub_path, "hub")
+    if not fallback:
+        raise ModelUnavailable(f"model {spec!r} is not a local folder or .gguf file, nor available from a hub")
     log.warning("model %r is not available locally or from a hub; using the embedded %s",
                 spec, EMBEDDED_NAME)
     return embedded_model(settings, prepare)

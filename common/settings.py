@@ -30,6 +30,9 @@ class Settings(BaseSettings):
 
     # Model
     model: str = Field(DEFAULT_MODEL, description="HF model name or local path")
+    catalog: Path | None = Field(
+        None, description="TOML or JSON file naming the models served (name -> source, engine "
+                          "settings); unset: one model, `model` (common/catalog.py)")
     model_cache_dir: Path = Path.home() / ".cache" / "llmq" / "models"
     allow_download: bool = Field(True, description="try the HF hub when the model is not local")
     max_model_len: int = Field(4096, description="context cap (prompt + completion), below the model's own")
@@ -57,6 +60,15 @@ class Settings(BaseSettings):
     prefix_block_size: int = Field(32, ge=4, description="tokens per prefix-cache block")
     max_prefill_tokens: int = Field(768, ge=1, description="padded prompt tokens computed per prefill "
                                     "step (a single longer prompt still runs alone)")
+    worker_max_models: int = Field(
+        1, ge=1, description="catalog models one worker holds at once; it loads a model that has "
+                             "queued jobs and no live worker, unloading an idle one if it has no room")
+    worker_memory_mb: int = Field(
+        0, ge=0, description="memory a worker's models may take together (weights on disk plus "
+                             "their KV cache); 0: only worker_max_models bounds them")
+    model_idle_s: float = Field(
+        60.0, ge=0, description="how long a model a worker holds must have had no queued or running "
+                                "job before the worker may unload it for another")
     cpus: str | None = Field(None, description="CPU set for the worker, e.g. '0-1' or '0,2'")
     torch_threads: int | None = None
     cancel_poll_s: float = Field(0.1, gt=0, description="how often a worker looks for cancels of the "

@@ -1,5 +1,5 @@
 """llmq's Redis-backed state, built once per process: job records, token logs, the fair queue, the
-worker registry, the result cache, counters, files, batches, webhook deliveries, and the Celery
+worker registry, where models are loaded, the result cache, counters, files, batches, webhook deliveries, and the Celery
 app that sends tickets and deliveries. The API, the model workers and the control worker each
 build one `Stores`, so every process talks to Redis with one client and one set of timeouts
 (common/redis_client.py)."""
@@ -13,6 +13,7 @@ from common.fair_queue import FairQueue
 from common.files import FileStore
 from common.jobs import JobStore
 from common.keys import Keys
+from common.model_loads import ModelLoads
 from common.redis_client import redis_client
 from common.result_cache import ResultCache
 from common.settings import Settings
@@ -35,6 +36,7 @@ class Stores:
                             on_event=job_webhook_hook(self.webhooks))
         self.store = JobStore(self.redis, self.keys, settings.job_ttl_s, self.log, self.fair, self.counters)
         self.registry = WorkerRegistry(self.redis, self.keys, self.fair)
+        self.model_loads = ModelLoads(self.redis, self.keys)
         self.cache = ResultCache(self.redis, self.keys, self.counters, settings.cache_ttl_s)
         self.files = FileStore(self.redis, self.keys, settings.file_ttl_s)
         self.batches = BatchStore(self.redis, self.keys, settings.batch_ttl_s)

@@ -108,9 +108,11 @@ def start_worker(model_ref, tmp_path_factory):
     """Factory: start a worker for some settings; all are stopped at the end of the session."""
     started: list[WorkerProcess] = []
 
-    def start(settings: Settings, concurrency: int | None = None, wait: bool = True) -> WorkerProcess:
+    def start(settings: Settings, concurrency: int | None = None, wait: bool = True,
+              args: tuple[str, ...] = ()) -> WorkerProcess:
         name = f"w{len(started)}-{settings.namespace}"
-        worker = WorkerProcess(settings, name, tmp_path_factory.mktemp("logs") / f"{name}.log", concurrency)
+        worker = WorkerProcess(settings, name, tmp_path_factory.mktemp("logs") / f"{name}.log", concurrency,
+                               args=args)
         started.append(worker)
         if wait:
             worker.wait_ready()

@@ -1,7 +1,9 @@
-"""Start a worker: `python -m worker [--cpus 0-1] [--concurrency N] [--name NAME]`.
+"""Start a worker: `python -m worker [--cpus 0-1] [--concurrency N] [--name NAME] [--models A,B]`.
 
-Pins the process to its CPU set, loads the model once, then runs a Celery consumer with the threads
-pool: each thread carries one job, and all of them share the engine's batch.
+Pins the process to its CPU set, loads its model(s) once, then runs a Celery consumer with the
+threads pool: each thread carries one job, and the jobs of one model share its engine's batch.
+With a catalog of several models it also loads the ones nobody holds when jobs wait for them
+(worker/held_models.py).
 """
 from __future__ import annotations
 
@@ -10,9 +12,14 @@ import logging
 import os
 import sys
 
+from celery.utils.nodenames import host_format
+
+from common.catalog import Catalog, CatalogError, CatalogModel
 from common.logs import setup_logging
 from common.settings import get_settings
 from worker.pinning import keep_off_the_compute_cores, parse_cpus, yield_to_the_engine_core
+
+log = logging.getLogger("worker")
 
 
 def pin(cpus: str | None, torch_threads: int | None) -> None:
@@ -28,40 +35,51 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
     parser.add_argument("--cpus", default=settings.cpus, help="CPU set, e.g. 0-1 (default: all)")
     parser.add_argument("--threads", type=int, default=settings.torch_threads, help="torch threads")
-    parser.add_argument("--concurrency", type=int, default=settings.max_batch_size,
-                        help="jobs held at once (default: the engine's max batch size)")
+    parser.add_argument("--concurrency", type=int, default=None,
+                        help="jobs held at once (default: the engines' max batch sizes)")
     parser.add_argument("--name", default=None, help="Celery node name")
     parser.add_argument("--loglevel", default=settings.log_level)
+    parser.add_argument("--models", default=None,
+                        help="catalog models to load at start, comma-separated, or 'none' "
+                             "(default: the catalog's default model)")
     parser.add_argument("--metrics-port", type=int, default=settings.metrics_port,
                         help="serve Prometheus metrics on this port (0: off)")
     args = parser.parse_args(argv)
     settings = settings.model_copy(update={"metrics_port": args.metrics_port})
 
     setup_logging(settings, "worker")
+    try:
+        catalog = Catalog.from_settings(settings)
+        preload = _preload(catalog, args.models)
+    except CatalogError as exc:
+        sys.exit(f"llmq worker: {exc}")
     pin(args.cpus, args.threads)
-    from worker.runtime import WorkerRuntime, set_runtime
+    from worker.held_models import HeldModels
+    from worker.metrics import serve_held_metrics
+    from worker.runtime import worker_stores
 
-    runtime = WorkerRuntime.build(settings)
-    runtime.free_slots.slots = args.concurrency  # the threads that take tickets
-    if runtime.engine_kind == "vllm":  # service threads off the compute cores, and below vLLM's
+    held = HeldModels(settings, worker_stores(settings), catalog)
+    runtimes = [held.load(entry) for entry in preload]
+    if len(runtimes) == 1 and args.concurrency is not None:
+        runtimes[0].free_slots.slots = args.concurrency  # the threads that take tickets
+    if any(rt.engine_kind == "vllm" for rt in runtimes):  # service threads off the compute cores, below vLLM's
         keep_off_the_compute_cores(settings.vllm_cpu_reserved_cores)
         yield_to_the_engine_core(settings.vllm_relay_nice)
-    set_runtime(runtime)
     if settings.metrics_port:
-        runtime.metrics.serve(settings.metrics_port, settings.metrics_host)
-    runtime.start_heartbeat()
-    runtime.heartbeat()
-    from worker.tasks import app
+        serve_held_metrics(held, settings.metrics_port, settings.metrics_host)
+    from worker import tasks
 
-    name = args.name or f"llmq-{runtime.model.name}-{os.getpid()}@%h"
+    tasks.serve(held)
+    first = runtimes[0].model.name if len(runtimes) == 1 else None
+    name = args.name or (f"llmq-{first}-{os.getpid()}@%h" if first else f"llmq-{os.getpid()}@%h")
+    queues = [q for rt in runtimes for q in (rt.queue, rt.own_queue)] or [f"{settings.namespace}.idle"]
+    _follow_placement(held, tasks.app, host_format(name))
     try:
-        app.worker_main(["worker", "--pool", "threads", "--concurrency", str(args.concurrency),
-                         "--queues", f"{runtime.queue},{runtime.own_queue}", "--hostname", name,
-                         "--loglevel", args.loglevel,
-                         "--task-events", "--without-gossip", "--without-mingle"])
+        tasks.app.worker_main(["worker", "--pool", "threads", "--concurrency", str(_threads(args, settings, catalog)),
+                               "--queues", ",".join(queues), "--hostname", name, "--loglevel", args.loglevel,
+                               "--task-events", "--without-gossip", "--without-mingle"])
     finally:  # a clean shutdown (its jobs done or handed back): gone from /health at once
-        runtime.sign_off()
-        runtime.close()
+        held.close()
     # Nothing is left to run once the engine is closed. Skip the interpreter's teardown: with the
     # engine's native libraries and their threads still loaded it can crash (a SIGSEGV was seen
     # once as a worker stopped on SIGTERM), and a supervisor would read a clean stop as a crash.
@@ -69,6 +87,46 @@ def main(argv: list[str] | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def _preload(catalog: Catalog, models: str | None) -> list[CatalogModel]:
+    """The catalog models `--models` names (default: the catalog's default)."""
+    if models is None:
+        return [catalog.default]
+    if models.strip().lower() == "none":
+        return []
+    names = [m.strip() for m in models.split(",") if m.strip()]
+    unknown = [m for m in names if catalog.get(m) is None or (catalog.named and m not in catalog.models)]
+    if unknown or not catalog.named and len(names) > 1:
+        raise CatalogError(f"--models {models!r}: the catalog serves {sorted(map(str, catalog.models))}")
+    return [catalog.get(m) for m in names]
+
+
+def _threads(args, settings, catalog: Catalog) -> int:
+    """Celery threads: one per batch slot of every model the worker may hold at once."""
+    if args.concurrency is not None:
+        return args.concurrency
+    slots = sorted((m.settings(settings).max_batch_size for m in catalog.models.values()), reverse=True)
+    return sum(slots[:settings.worker_max_models])
+
+
+def _follow_placement(held, app, node: str) -> None:
+    """Once the consumer runs, models loaded later are consumed through Celery's control commands
+    (which Flower also shows), and placement starts."""
+    from celery.signals import worker_ready
+
+    def tell(command: str):
+        def send(queue: str) -> None:
+            replies = app.control.broadcast(command, arguments={"queue": queue}, destination=[node],
+                                            reply=True, timeout=10)
+            if not replies:
+                log.warning("%s %s: no reply from this worker's consumer", command, queue)
+        return send
+
+    @worker_ready.connect(weak=False)
+    def _ready(**_) -> None:
+        held.consume, held.stop_consuming = tell("add_consumer"), tell("cancel_consumer")
+        held.start_placing()
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import logging
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, Info, start_http_server
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.utils import floatToGoString
 
 from worker.engine.protocol import EngineStats
@@ -94,7 +94,32 @@ class WorkerMetrics:
     def job_finished(self, status: str) -> None:
         self.finished.labels(status).inc()
 
-    def serve(self, port: int, host: str) -> None:
-        start_http_server(port, addr=host, registry=self.registry)
-        log.info("metrics on http://%s:%d/metrics", host, port)
+
+
+class HeldModelsCollector:
+    """Every held model's metrics in one exposition. A worker that may hold several models labels
+    each sample with its model, since each model has its own engine, batch and jobs; a worker of
+    one model keeps today's series as they are."""
+
+    def __init__(self, held):
+        self.held = held
+
+    def collect(self):
+        label = self.held.catalog.named
+        families: dict[str, Metric] = {}
+        for runtime in self.held.runtimes():
+            for family in runtime.metrics.registry.collect():
+                merged = families.setdefault(family.name, Metric(family.name, family.documentation,
+                                                                 family.type, family.unit))
+                for sample in family.samples:
+                    labels = {**sample.labels, "model": runtime.model.name} if label else sample.labels
+                    merged.add_sample(sample.name, labels, sample.value, sample.timestamp, sample.exemplar)
+        yield from families.values()
+
+
+def serve_held_metrics(held, port: int, host: str) -> None:
+    registry = CollectorRegistry()
+    registry.register(HeldModelsCollector(held))
+    start_http_server(port, addr=host, registry=registry)
+    log.info("metrics on http://%s:%d/metrics", host, port)
 

@@ -1,7 +1,9 @@
-"""The per-process worker runtime: one model, one engine loop, one heartbeat.
+"""One model as a worker serves it: its engine loop, its heartbeat, its leases and free slots.
 
-Built once before the Celery consumer starts, so no job is taken before the model is loaded and
-no model exists before a fork (the worker uses Celery's threads pool: one thread per batch slot).
+A worker process holds one of these per model it has loaded (worker/held_models.py): the first
+built before the Celery consumer starts, so no job is taken before the model is loaded and no
+model exists before a fork (the worker uses Celery's threads pool: one thread per batch slot);
+others loaded and unloaded as the catalog's demand moves.
 """
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ import time
 import redis
 import torch
 
-from common.models import ModelRef, resolve_model
+from common.catalog import CatalogModel
+from common.models import ModelRef
 from common.settings import Settings
 from common.stores import Stores
 from worker.engine.loop import EngineLoop
@@ -30,17 +33,17 @@ REDIS_CONNECTIONS = 16  # a worker's sockets to Redis for its jobs (Celery's bro
 
 class WorkerRuntime:
     def __init__(self, settings: Settings, model: ModelRef, loop: EngineLoop, engine_kind: str,
-                 engine_info: dict | None = None):
+                 engine_info: dict | None = None, stores: Stores | None = None, name: str | None = None):
         self.settings = settings
         self.engine_info = engine_info or {}  # dtype, KV capacity: shown by /health's workers_detail
         self.model = model
         self.loop = loop
         self.engine_kind = engine_kind
-        self.name = f"{socket.gethostname()}:{os.getpid()}"
+        self.name = name or process_name()
         # webhooks are only queued here (for `python -m worker.control`): generation never waits.
         # Every held job writes through one pool of a few sockets: its commands are short, and a
         # socket per job would cost Redis a client per held job across the whole fleet
-        self.stores = Stores(settings, wait_for_connection_s=5, max_connections=REDIS_CONNECTIONS)
+        self.stores = stores or worker_stores(settings)
         self.keys, self.redis, self.store = self.stores.keys, self.stores.redis, self.stores.store
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
@@ -51,13 +54,17 @@ class WorkerRuntime:
         self._stopping = threading.Event()
 
     @classmethod
-    def build(cls, settings: Settings) -> "WorkerRuntime":
+    def build(cls, settings: Settings, entry: CatalogModel, stores: Stores | None = None,
+              name: str | None = None) -> "WorkerRuntime":
+        """Prepare (download, convert or export, once) and load the catalog model `entry`."""
+        if entry.name is not None:
+            settings = entry.settings(settings)
         settings = settings.model_copy(update={"engine": choose_engine(settings.engine)})
-        model = resolve_model(settings, prepare=True)
+        model = entry.resolve(settings, prepare=True)
         log.info("loading model %s from %s (%s), engine=%s", model.name, model.path, model.source,
                  settings.engine)
         engine, info = build_engine(settings, model)
-        return cls(settings, model, EngineLoop(engine), info["engine"], info)
+        return cls(settings, model, EngineLoop(engine), info["engine"], info, stores, name)
 
     @property
     def queue(self) -> str:
@@ -119,15 +126,11 @@ class WorkerRuntime:
         self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
 
 
-_runtime: WorkerRuntime | None = None
+def process_name() -> str:
+    """This worker process as the fleet names it: host and pid."""
+    return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def set_runtime(runtime: WorkerRuntime) -> None:
-    global _runtime
-    _runtime = runtime
-
-
-def get_runtime() -> WorkerRuntime:
-    if _runtime is None:
-        raise RuntimeError("worker runtime not built; start workers with `python -m worker`")
-    return _runtime
+def worker_stores(settings: Settings) -> Stores:
+    """The process's one set of stores, shared by every model it holds."""
+    return Stores(settings, wait_for_connection_s=5, max_connections=REDIS_CONNECTIONS)

@@ -1,5 +1,5 @@
 """Celery glue: the one task, `llmq.ticket(job_id, model)`, a ticket for the model's fair queue
-that the worker's job runner turns into a job run."""
+that the job runner of that model (one per model the worker holds) turns into a job run."""
 from __future__ import annotations
 
 import uuid
@@ -9,27 +9,34 @@ from celery.signals import worker_shutting_down
 
 from common.celery_app import TASK_TICKET, TASK_TICKET_BEFORE_RENAME, make_celery
 from common.settings import get_settings
+from worker.held_models import HeldModels
 from worker.job_runner import JobRunner
-from worker.runtime import get_runtime
+from worker.runtime import WorkerRuntime
 
 app = make_celery(get_settings(), consumer=True)
-_job_runner: JobRunner | None = None
+_held: HeldModels | None = None
+_job_runners: dict[str, JobRunner] = {}  # by runtime name: a model loaded again gets a new one
 
 
-def job_runner() -> JobRunner:
-    global _job_runner
-    if _job_runner is None:
-        rt = get_runtime()
-        _job_runner = JobRunner(rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics,
-                                meter=rt.meter, cache=rt.stores.cache, send_ticket=_send_spare_ticket,
-                                free_slots=rt.free_slots)
-    return _job_runner
+def serve(held: HeldModels) -> None:
+    """The models this process serves; set once, before the consumer starts."""
+    global _held
+    _held = held
 
 
-def _send_spare_ticket(worker: str | None) -> None:
+def job_runner(rt: WorkerRuntime) -> JobRunner:
+    runner = _job_runners.get(rt.name)
+    if runner is None or runner.loop is not rt.loop:
+        runner = _job_runners[rt.name] = JobRunner(
+            rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics, meter=rt.meter,
+            cache=rt.stores.cache, send_ticket=lambda worker: _send_spare_ticket(rt, worker),
+            free_slots=rt.free_slots)
+    return runner
+
+
+def _send_spare_ticket(rt: WorkerRuntime, worker: str | None) -> None:
     """A spare ticket on another worker's own queue (for the job prefix affinity leaves it), or on
     the model's queue (for a preempted batch line). A ticket that finds nothing does nothing."""
-    rt = get_runtime()
     queue = rt.queue if worker is None else rt.keys.worker_queue(rt.queue, worker)
     app.send_task(TASK_TICKET, args=["", rt.model.name], queue=queue, task_id=uuid.uuid4().hex)
 
@@ -40,7 +47,15 @@ def run_ticket(self, job_id: str, model: str) -> dict:
     worker's log names the one that ran). The arguments carry no prompt text: the job record holds
     it. The return value (Flower shows it, from the `task-succeeded` event) carries no job id, so
     `private_task_events` stays private."""
-    result = job_runner().run_ticket(self.request.id, get_runtime().queue)
+    if _held is None:
+        raise RuntimeError("worker runtime not built; start workers with `python -m worker`")
+    rt = _held.ticket(model)
+    if rt is None:  # unloaded here since the ticket was taken: whoever holds the model next runs it
+        raise Reject(f"model {model} is not held here now; the ticket goes back to its queue", requeue=True)
+    try:
+        result = job_runner(rt).run_ticket(self.request.id, rt.queue)
+    finally:
+        _held.ticket_done(rt)
     if result["status"] == "requeue":  # it waited for batch room as the worker stopped: not used
         raise Reject("the worker stops; the ticket goes back to the queue", requeue=True)
     return {"status": result["status"], "finish_reason": result.get("finish_reason")}
@@ -48,8 +63,8 @@ def run_ticket(self, job_id: str, model: str) -> dict:
 
 @worker_shutting_down.connect
 def _stop_waiting_tickets(**_) -> None:
-    if _job_runner is not None:
-        _job_runner.stop_waiting()
+    for runner in list(_job_runners.values()):
+        runner.stop_waiting()
 
 
 _OPTIONS = {"bind": True, "acks_late": True, "reject_on_worker_lost": True}

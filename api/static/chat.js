@@ -132,6 +132,7 @@ async function send(prompt) {
   const body = { messages, max_tokens: Number($("max-tokens").value) || undefined,
                  temperature: Number($("temperature").value) };
   if ($("json-mode").checked) body.response_format = { type: "json_object" };
+  if ($("model-pick").value) body.model = $("model-pick").value;
   addMessage("user", prompt);
   const bubble = addMessage("assistant", "");
   bubble.classList.add("streaming");
@@ -218,10 +219,28 @@ async function send(prompt) {
 }
 
 // ---- wiring ---------------------------------------------------------------------------------
+// The catalog's models, each with its state in the fleet: a cold one is loaded when asked for,
+// and a request for it waits in its queue (showing its place) meanwhile.
+async function refreshModels() {
+  let models;
+  try { models = (await api("/v1/models")).data; } catch (e) { return; }
+  const pick = $("model-pick");
+  const chosen = pick.value || (state.config && state.config.model);
+  pick.replaceChildren(...models.map((m) => {
+    const info = m.llmq || {};
+    const queued = info.queued ? ` · ${info.queued} queued` : "";
+    const option = new Option(`${m.id} (${info.state || "?"}${queued})`, m.id);
+    option.dataset.state = info.state || "";
+    return option;
+  }));
+  if (models.some((m) => m.id === chosen)) pick.value = chosen;
+}
+
 async function loadConfig() {
   try {
     state.config = await api("/ui/config");
-    $("model").textContent = `model: ${state.config.model} · context ${state.config.context_length}`;
+    $("model").textContent = `context ${state.config.context_length}`;
+    await refreshModels();
     $("max-tokens").max = state.config.max_tokens_cap;
     $("max-tokens").value = Math.min(Number($("max-tokens").value), state.config.max_tokens_cap);
   } catch (err) {
@@ -250,4 +269,5 @@ $("stop").addEventListener("click", async () => {
 $("api-key").value = localStorage.getItem("llmq-api-key") || "";
 $("api-key").addEventListener("change", () => localStorage.setItem("llmq-api-key", $("api-key").value));
 setInterval(refreshJobs, 2000);
+setInterval(refreshModels, 5000);
 loadConfig();

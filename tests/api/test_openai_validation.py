@@ -87,9 +87,10 @@ def test_jobs_api_validates_response_format_in_its_own_shape(api):
         assert "response_format" in resp.get_json()["error"]["message"]
 
 
-def test_models_lists_only_workers_with_a_fresh_heartbeat(api, settings):
+def test_models_lists_the_served_model_and_the_workers_with_a_fresh_heartbeat(api, settings):
     svc = api.application.extensions["llmq"]
-    assert api.get("/v1/models").get_json() == {"object": "list", "data": []}
+    cold = api.get("/v1/models").get_json()["data"]  # served before any worker holds it: queued, not 404
+    assert [(m["id"], m["llmq"]["state"], m["llmq"]["workers"]) for m in cold] == [(MODEL, "cold", [])]
     for name, model, alive in (("a", MODEL, True), ("b", MODEL, True), ("c", "Other-1B", False)):
         svc.redis.hset(svc.keys.workers, name, json.dumps({"name": name, "model": model}))
         if alive:
@@ -97,6 +98,7 @@ def test_models_lists_only_workers_with_a_fresh_heartbeat(api, settings):
     try:
         listed = api.get("/v1/models").get_json()["data"]
         assert [m["id"] for m in listed] == [MODEL] and listed[0]["object"] == "model"
+        assert listed[0]["llmq"]["state"] == "loaded" and listed[0]["llmq"]["workers"] == ["a", "b"]
         assert api.get(f"/v1/models/{MODEL}").get_json()["id"] == MODEL
         openai_error(api.get("/v1/models/Other-1B"), 404)
     finally:

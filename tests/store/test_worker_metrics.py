@@ -1,10 +1,12 @@
 """A worker's metrics registry, fed as the job runner and the engine feed it, served over HTTP."""
+from types import SimpleNamespace
+
 import requests
 
 from tests.support.metrics import parse_metrics, value
 from tests.support.ports import free_port
 from worker.engine.protocol import EngineStats
-from worker.metrics import WorkerMetrics
+from worker.metrics import WorkerMetrics, serve_held_metrics
 
 
 def test_engine_stats_and_job_timings_are_served():
@@ -16,10 +18,7 @@ def test_engine_stats_and_job_timings_are_served():
     metrics.job_generated(created_at=100.0, first_token_at=None, finished_at=101.0, completion_tokens=0)
     metrics.job_finished("succeeded")
     metrics.job_finished("cancelled")
-    port = free_port()
-    metrics.serve(port, "127.0.0.1")
-
-    s = parse_metrics(requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)
+    s = _scrape(_held(named=False, m=metrics))
     assert value(s, "llmq_worker_batch_size_bucket", le="1.0") == 2
     assert value(s, "llmq_worker_batch_size_bucket", le="4.0") == 6
     assert value(s, "llmq_worker_batch_size_bucket", le="8.0") == 6
@@ -34,3 +33,27 @@ def test_engine_stats_and_job_timings_are_served():
     assert value(s, "llmq_worker_job_tokens_per_second_sum") == 10.0  # 20 tokens after the first, in 2 s
     assert value(s, "llmq_worker_jobs_finished_total", status="cancelled") == 1
     assert value(s, "llmq_worker_info", model="m", engine="hf", queue="q", worker="w") == 1
+
+
+def test_a_worker_of_several_models_labels_each_models_series():
+    stats = {"a": EngineStats(tokens_generated=5), "b": EngineStats(tokens_generated=9)}
+    metrics = {name: WorkerMetrics(lambda name=name: stats[name], lambda: 1,
+                                   {"model": name, "engine": "hf", "queue": f"q.{name}", "worker": f"w/{name}"})
+               for name in stats}
+    metrics["b"].job_finished("succeeded")
+    s = _scrape(_held(named=True, **metrics))
+    assert value(s, "llmq_worker_tokens_generated_total", model="a") == 5
+    assert value(s, "llmq_worker_tokens_generated_total", model="b") == 9
+    assert value(s, "llmq_worker_jobs_finished_total", status="succeeded", model="b") == 1
+
+
+def _held(named: bool, **metrics):
+    """What `serve_held_metrics` reads of a worker's held models."""
+    runtimes = [SimpleNamespace(metrics=m, model=SimpleNamespace(name=name)) for name, m in metrics.items()]
+    return SimpleNamespace(catalog=SimpleNamespace(named=named), runtimes=lambda: runtimes)
+
+
+def _scrape(held) -> list:
+    port = free_port()
+    serve_held_metrics(held, port, "127.0.0.1")
+    return parse_metrics(requests.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text)

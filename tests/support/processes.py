@@ -23,12 +23,13 @@ class WorkerProcess:
     """A real `python -m worker` subprocess (or `python -m worker.control`: module='worker.control')."""
 
     def __init__(self, settings: Settings, name: str, log_path: Path, concurrency: int | None = None,
-                 module: str = "worker"):
+                 module: str = "worker", args: tuple[str, ...] = ()):
         self.settings = settings
         self.name = name
         cmd = [sys.executable, "-m", module, "--name", f"{name}@%h", "--loglevel", "INFO"]
         if concurrency:
             cmd += ["--concurrency", str(concurrency)]
+        cmd += list(args)
         self.log_path = log_path
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=settings_env(settings),
                                      stdout=open(log_path, "w"), stderr=subprocess.STDOUT)

@@ -83,6 +83,7 @@ class EngineLoop:
         self._inbox: queue.Queue[tuple[str, object]] = queue.Queue()
         self._streams: dict[str, RequestStream] = {}
         self._wake = threading.Event()
+        self._stopped = False
         engine.on_ready(self._wake.set)
         self._thread = threading.Thread(target=self._run, name="engine-loop", daemon=True)
         self._thread.start()
@@ -97,6 +98,12 @@ class EngineLoop:
         self._inbox.put(("abort", request_id))
         self._wake.set()
 
+    def stop(self) -> None:
+        """End the loop's thread (a model being unloaded: it has no request left)."""
+        self._stopped = True
+        self._wake.set()
+        self._thread.join(5)
+
     @property
     def active(self) -> int:
         """Requests in the engine now (read from any thread; for heartbeats and metrics)."""
@@ -108,7 +115,7 @@ class EngineLoop:
         core) is waited for here rather than inside `step`, so a request that arrives meanwhile
         is handed to the engine at once and joins the very next step, as with vLLM's own server.
         The event is cleared before the checks, so a wake-up that comes during them is not lost."""
-        while True:
+        while not self._stopped:
             self._wake.clear()
             self._drain_inbox()
             if self.engine.has_unfinished() and self.engine.ready():

@@ -1,0 +1,242 @@
+"""The catalog models one worker process holds, and the placement that loads and unloads them.
+
+A worker has a budget: `worker_max_models` models at once and, optionally, `worker_memory_mb` for
+all of them. Every `PLACE_EVERY_S` it looks at the catalog: a model with queued jobs that no live
+worker holds, and that no worker is loading, is loaded here if it fits, under a lock in Redis
+(common/model_loads.py) so that one worker loads it, not every worker that sees its queue. A
+worker without room may unload the model it wanted least (the longest without a queued or running
+job, at least `model_idle_s`), but only if the need is still there a pass later, so that a worker
+with room takes it first. An unload stops the model's Celery consumer, waits for every job it
+runs to end (a running job is never dropped), then closes the engine; a ticket that reaches the
+model after that goes back to the queue for whoever holds it next.
+
+Loading, unloading and consuming are told to Celery through its control commands
+(`add_consumer` / `cancel_consumer`), which Flower shows too.
+"""
+from __future__ import annotations
+
+import gc
+import logging
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import psutil
+import redis
+
+from common.catalog import Catalog, CatalogModel
+from common.models import ModelUnavailable
+from common.settings import Settings
+from common.stores import Stores
+from worker.runtime import WorkerRuntime, process_name
+
+log = logging.getLogger(__name__)
+PLACE_EVERY_S = 1.0
+
+
+class HeldModels:
+    def __init__(self, settings: Settings, stores: Stores, catalog: Catalog):
+        self.settings = settings
+        self.stores = stores
+        self.catalog = catalog
+        self.process = process_name()
+        self._held: dict[str, WorkerRuntime] = {}
+        self._tickets: dict[str, int] = {}  # model -> tickets running on it now
+        self._busy_at: dict[str, float] = {}  # model -> when it last had a queued or running job
+        self._lock = threading.Lock()
+        self._wanted: set[str] = set()  # cold models this worker had no room for at the last pass
+        self._stopping = threading.Event()
+        self.consume: Callable[[str], None] = lambda queue: None  # set once Celery's consumer runs
+        self.stop_consuming: Callable[[str], None] = lambda queue: None
+        self.on_change: Callable[[], None] = lambda: None
+
+    # --- what is held ------------------------------------------------------------------------
+    def runtimes(self) -> list[WorkerRuntime]:
+        with self._lock:
+            return list(self._held.values())
+
+    def names(self) -> list[str]:
+        with self._lock:
+            return list(self._held)
+
+    def runtime_name(self, model: str) -> str:
+        """A held model's name in the fleet (its heartbeat, leases, free slots, own queue): the
+        process's, plus the model's when the catalog has names (a process may hold several)."""
+        return f"{self.process}/{model}" if self.catalog.named else self.process
+
+    def ticket(self, model: str) -> WorkerRuntime | None:
+        """The runtime a ticket for `model` runs on, counted until `ticket_done`; None when the
+        model is not held here (any more): the ticket goes back to the queue."""
+        with self._lock:
+            if not self.catalog.named and self._held:  # one model, whatever name the API gave it
+                model = next(iter(self._held))
+            runtime = self._held.get(model)
+            if runtime is not None:
+                self._tickets[model] = self._tickets.get(model, 0) + 1
+            return runtime
+
+    def ticket_done(self, runtime: WorkerRuntime) -> None:
+        with self._lock:
+            self._tickets[runtime.model.name] -= 1
+
+    # --- loading and unloading ---------------------------------------------------------------
+    def load(self, entry: CatalogModel) -> WorkerRuntime:
+        """Build the model's runtime and start serving it: heartbeat, then consume its queues."""
+        started, before = time.monotonic(), _memory_mb()
+        name = entry.name
+        runtime = WorkerRuntime.build(self.settings, entry, self.stores,
+                                      self.runtime_name(name) if name else None)
+        name = runtime.model.name
+        runtime.start_heartbeat()
+        runtime.heartbeat()
+        with self._lock:
+            self._held[name] = runtime
+            self._tickets.setdefault(name, 0)
+            self._busy_at[name] = time.monotonic()
+        self.consume(runtime.queue)
+        self.consume(runtime.own_queue)
+        seconds, memory = time.monotonic() - started, max(_memory_mb() - before, 0.0)
+        self.stores.model_loads.record(name, runtime.name, seconds, memory, runtime.settings.max_batch_size)
+        log.info("model %s loaded in %.1fs (%.0f MiB), serving queue %s", name, seconds, memory, runtime.queue)
+        self.on_change()
+        return runtime
+
+    def unload(self, model: str) -> None:
+        """Stop taking the model's tickets, let its running jobs end, then free its engine."""
+        with self._lock:
+            runtime = self._held.pop(model)
+        self.stop_consuming(runtime.queue)
+        self.stop_consuming(runtime.own_queue)
+        while True:  # tickets taken before the consumer stopped still run to their end
+            with self._lock:
+                if self._tickets.get(model, 0) == 0 and runtime.loop.active == 0:
+                    break
+            time.sleep(0.05)
+        runtime.sign_off()
+        runtime.loop.stop()
+        runtime.close()
+        del runtime
+        gc.collect()
+        log.info("model %s unloaded", model)
+        self.on_change()
+
+    def close(self) -> None:
+        """The worker stops (its jobs done or handed back): every model leaves the fleet."""
+        self._stopping.set()
+        for runtime in self.runtimes():
+            runtime.sign_off()
+            runtime.close()
+
+    # --- placement ---------------------------------------------------------------------------
+    def start_placing(self) -> None:
+        if len(self.catalog.models) > 1:  # one model: nothing to place
+            threading.Thread(target=self._place_forever, name="placement", daemon=True).start()
+
+    def _place_forever(self) -> None:
+        while not self._stopping.wait(PLACE_EVERY_S):
+            try:
+                self.place()
+            except redis.RedisError as exc:
+                log.warning("placement skipped: %s", exc)
+            except Exception:
+                log.exception("placement failed")
+
+    def place(self) -> None:
+        """One pass: load at most one cold model with queued jobs, unloading an idle one if needed."""
+        names = list(self.catalog.models)
+        depth = {m: self.stores.fair.depth(self.stores.keys.queue(m)) for m in names}
+        now = time.monotonic()
+        for model, runtime in self._held_items():
+            if depth[model] or runtime.loop.active or self._tickets.get(model):
+                self._busy_at[model] = now
+        served = {w.get("model") for w in self.stores.registry.live()}
+        loading = self.stores.model_loads.loading(names)
+        cold = sorted((m for m in names if depth[m] and m not in served and m not in loading),
+                      key=lambda m: -depth[m])
+        wanted_before, self._wanted = self._wanted, set()
+        for model in cold:
+            entry = self.catalog.models[model]
+            if self._fits(entry, unloading=None):
+                self._load_under_lock(entry)
+                return
+            victim = self._least_wanted(now)
+            if victim is None or not self._fits(entry, unloading=victim):
+                continue
+            if model not in wanted_before:  # give a worker with room a pass to take it first
+                self._wanted.add(model)
+                continue
+            if self.stores.model_loads.lock(model, self.process, self._lock_ttl_s()):
+                log.info("unloading %s (idle %.0fs) to load %s (%d queued)", victim,
+                         now - self._busy_at[victim], model, depth[model])
+                self.unload(victim)
+                self._load_under_lock(entry, locked=True)
+                return
+
+    def _load_under_lock(self, entry: CatalogModel, locked: bool = False) -> None:
+        model, ttl = entry.name, self._lock_ttl_s()
+        if not locked and not self.stores.model_loads.lock(model, self.process, ttl):
+            return  # another worker is loading it
+        done = threading.Event()
+
+        def renew() -> None:  # the load may take minutes; the lock lapses only if this worker dies
+            while not done.wait(ttl / 3):
+                self.stores.model_loads.renew(model, self.process, ttl)
+        threading.Thread(target=renew, name="load-lock", daemon=True).start()
+        try:
+            log.info("loading %s: it has queued jobs and no live worker holds it", model)
+            self.load(entry)
+        except (ModelUnavailable, OSError, RuntimeError, ValueError) as exc:
+            log.error("could not load %s: %s", model, exc)
+        finally:
+            done.set()
+            self.stores.model_loads.unlock(model, self.process)
+
+    def _lock_ttl_s(self) -> float:
+        return max(3.0, 3 * self.settings.heartbeat_s)
+
+    def _held_items(self) -> list[tuple[str, WorkerRuntime]]:
+        with self._lock:
+            return list(self._held.items())
+
+    def _least_wanted(self, now: float) -> str | None:
+        """The held model idle longest, if it has been idle `model_idle_s` at least."""
+        idle = [(self._busy_at.get(m, now), m) for m, _ in self._held_items()
+                if now - self._busy_at.get(m, now) >= self.settings.model_idle_s]
+        return min(idle)[1] if idle else None
+
+    def _fits(self, entry: CatalogModel, unloading: str | None) -> bool:
+        """Whether `entry` fits the budget beside what is held (less `unloading`)."""
+        kept = [m for m, _ in self._held_items() if m != unloading]
+        if len(kept) + 1 > self.settings.worker_max_models:
+            return False
+        if not self.settings.worker_memory_mb:
+            return True
+        return sum(map(self.memory_mb, kept)) + self.memory_mb(entry.name) <= self.settings.worker_memory_mb
+
+    def memory_mb(self, model: str) -> float:
+        """What `model` takes: measured at its last load anywhere, else its weights on disk and its
+        KV cache."""
+        last = self.stores.model_loads.last().get(model)
+        if last and last.get("memory_mb"):
+            return float(last["memory_mb"])
+        entry = self.catalog.models[model]
+        settings = entry.settings(self.settings)
+        try:
+            path = entry.resolve(self.settings).path
+            weights = sum(f.stat().st_size for f in Path(path).rglob("*") if f.is_file()) / 2**20
+        except (ModelUnavailable, OSError):
+            weights = 0.0
+        return weights + settings.kv_cache_mb
+
+
+def _memory_mb() -> float:
+    """Resident memory of this process and the engine processes it started."""
+    me = psutil.Process()
+    total = me.memory_info().rss
+    for child in me.children(recursive=True):
+        try:
+            total += child.memory_info().rss
+        except psutil.Error:
+            pass
+    return total / 2**20
