@@ -27,6 +27,11 @@ class CancelWatch:
         self._on_cancel: dict[str, Callable[[], None]] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
+
+    def stop(self) -> None:
+        """The model this watcher served is unloaded: its thread ends."""
+        self._stop.set()
 
     def watch(self, job_id: str, on_cancel: Callable[[], None]) -> None:
         """Call `on_cancel` (once, from the watcher's thread) when a cancel of `job_id` is asked."""
@@ -57,8 +62,7 @@ class CancelWatch:
                 on_cancel()
 
     def _run(self) -> None:
-        stop = threading.Event()  # never set: the thread lives as long as the worker
-        while not stop.wait(self.interval_s):
+        while not self._stop.wait(self.interval_s):
             try:
                 self.look()
             except Exception:  # never let the thread die: cancels depend on it

@@ -19,6 +19,7 @@ import gc
 import logging
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -47,9 +48,11 @@ class HeldModels:
         self._lock = threading.Lock()
         self._wanted: set[str] = set()  # cold models this worker had no room for at the last pass
         self._stopping = threading.Event()
+        self.loads: Counter[str] = Counter()  # by model, for the worker's metrics
+        self.unloads: Counter[str] = Counter()
         self.consume: Callable[[str], None] = lambda queue: None  # set once Celery's consumer runs
         self.stop_consuming: Callable[[str], None] = lambda queue: None
-        self.on_change: Callable[[], None] = lambda: None
+        self.on_unload: Callable[[WorkerRuntime], None] = lambda runtime: None  # the Celery glue's cleanup
 
     # --- what is held ------------------------------------------------------------------------
     def runtimes(self) -> list[WorkerRuntime]:
@@ -98,8 +101,8 @@ class HeldModels:
         self.consume(runtime.own_queue)
         seconds, memory = time.monotonic() - started, max(_memory_mb() - before, 0.0)
         self.stores.model_loads.record(name, runtime.name, seconds, memory, runtime.settings.max_batch_size)
+        self.loads[name] += 1
         log.info("model %s loaded in %.1fs (%.0f MiB), serving queue %s", name, seconds, memory, runtime.queue)
-        self.on_change()
         return runtime
 
     def unload(self, model: str) -> None:
@@ -114,12 +117,13 @@ class HeldModels:
                     break
             time.sleep(0.05)
         runtime.sign_off()
+        self.on_unload(runtime)
         runtime.loop.stop()
         runtime.close()
         del runtime
         gc.collect()
+        self.unloads[model] += 1
         log.info("model %s unloaded", model)
-        self.on_change()
 
     def close(self) -> None:
         """The worker stops (its jobs done or handed back): every model leaves the fleet."""

@@ -227,6 +227,11 @@ class JobRunner:
         the queue."""
         self._stopping.set()
 
+    def close(self) -> None:
+        """Its model is unloaded (no job left): its watcher threads end."""
+        self._stopping.set()
+        self.cancels.stop()
+
     def run(self, job_id: str) -> dict:
         if self._retrying(lambda: self.store.expire_if_overdue(job_id)):
             log.info("job %s: expired in the queue", job_id, extra={"job_id": job_id})

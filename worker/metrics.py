@@ -115,6 +115,14 @@ class HeldModelsCollector:
                     labels = {**sample.labels, "model": runtime.model.name} if label else sample.labels
                     merged.add_sample(sample.name, labels, sample.value, sample.timestamp, sample.exemplar)
         yield from families.values()
+        loads = CounterMetricFamily("llmq_worker_model_loads", "catalog models this worker loaded", labels=["model"])
+        unloads = CounterMetricFamily("llmq_worker_model_unloads", "catalog models this worker unloaded "
+                                      "(idle, for another model)", labels=["model"])
+        for model, n in self.held.loads.items():
+            loads.add_metric([model], n)
+        for model, n in self.held.unloads.items():
+            unloads.add_metric([model], n)
+        yield from (loads, unloads)
 
 
 def serve_held_metrics(held, port: int, host: str) -> None:

@@ -2,6 +2,7 @@
 that the job runner of that model (one per model the worker holds) turns into a job run."""
 from __future__ import annotations
 
+import threading
 import uuid
 
 from celery.exceptions import Reject
@@ -15,23 +16,33 @@ from worker.runtime import WorkerRuntime
 
 app = make_celery(get_settings(), consumer=True)
 _held: HeldModels | None = None
-_job_runners: dict[str, JobRunner] = {}  # by runtime name: a model loaded again gets a new one
+_job_runners: dict[str, JobRunner] = {}  # by runtime name, until its model is unloaded
+_job_runners_lock = threading.Lock()
 
 
 def serve(held: HeldModels) -> None:
     """The models this process serves; set once, before the consumer starts."""
     global _held
     _held = held
+    held.on_unload = _forget
+
+
+def _forget(rt: WorkerRuntime) -> None:
+    with _job_runners_lock:
+        runner = _job_runners.pop(rt.name, None)
+    if runner is not None:
+        runner.close()
 
 
 def job_runner(rt: WorkerRuntime) -> JobRunner:
-    runner = _job_runners.get(rt.name)
-    if runner is None or runner.loop is not rt.loop:
-        runner = _job_runners[rt.name] = JobRunner(
-            rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics, meter=rt.meter,
-            cache=rt.stores.cache, send_ticket=lambda worker: _send_spare_ticket(rt, worker),
-            free_slots=rt.free_slots)
-    return runner
+    with _job_runners_lock:
+        runner = _job_runners.get(rt.name)
+        if runner is None:
+            runner = _job_runners[rt.name] = JobRunner(
+                rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics, meter=rt.meter,
+                cache=rt.stores.cache, send_ticket=lambda worker: _send_spare_ticket(rt, worker),
+                free_slots=rt.free_slots)
+        return runner
 
 
 def _send_spare_ticket(rt: WorkerRuntime, worker: str | None) -> None:
@@ -63,7 +74,9 @@ def run_ticket(self, job_id: str, model: str) -> dict:
 
 @worker_shutting_down.connect
 def _stop_waiting_tickets(**_) -> None:
-    for runner in list(_job_runners.values()):
+    with _job_runners_lock:
+        runners = list(_job_runners.values())
+    for runner in runners:
         runner.stop_waiting()
 
 

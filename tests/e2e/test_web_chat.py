@@ -49,7 +49,11 @@ def ink_fraction(png: bytes) -> float:
     return sum(1 for v in gray.getdata() if v < 128) / (gray.width * gray.height)
 
 
-def test_prompt_streams_an_answer_with_live_stats(page, tmp_path):
+def test_prompt_streams_an_answer_with_live_stats(page, tmp_path, model_ref):
+    # the model picker lists the catalog's models with their state in the fleet
+    page.wait_for_function("document.getElementById('model-pick').options.length > 0")
+    assert page.eval_on_selector("#model-pick", "s => s.value") == model_ref.name
+    assert "loaded" in page.inner_text("#model-pick")
     page.evaluate(WATCH_ANSWER)
     page.fill("#temperature", "0")
     page.fill("#max-tokens", "64")

@@ -1,5 +1,5 @@
 """ETA arithmetic from worker measurements."""
-from common.eta import WorkerLoad, estimate, retry_after
+from common.eta import WorkerLoad, estimate, fleet_loads, retry_after
 
 BUSY = WorkerLoad(capacity=4, running=4, tokens_per_s=80.0, mean_job_tokens=40.0)  # drains 2 jobs/s
 IDLE = WorkerLoad(capacity=4, running=1, tokens_per_s=80.0, mean_job_tokens=40.0)
@@ -67,3 +67,14 @@ def test_load_meter_skips_idle_intervals_and_decays():
     meter.record_job(10)
     meter.record_job(20)
     assert 10 < meter.mean_job_tokens < 20
+
+
+def test_a_cold_model_that_was_loaded_before_is_estimated_from_its_load_time():
+    live = [{"name": "w1", "model": "a", "max_batch_size": 4, "tokens_per_s": 80.0, "mean_job_tokens": 40.0}]
+    last = {"a": {"load_s": 9.0, "slots": 4}, "b": {"load_s": 12.0, "slots": 2, "tokens_per_s": 40.0}}
+    loads = fleet_loads(live, last)
+    assert loads["a"][0].ready_in_s == 0.0  # held by a live worker: its last load does not count
+    assert estimate(ahead=0, max_tokens=40, workers=loads["b"]).start_in_s == 12.0
+    # two slots once loaded, 20 tok/s each: the third job in line starts when a first one ends
+    assert estimate(ahead=2, max_tokens=40, workers=loads["b"]).start_in_s == 12.0 + 128 / 20.0
+    assert "c" not in fleet_loads(live, last)  # never loaded: no guess

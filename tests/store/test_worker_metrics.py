@@ -45,12 +45,14 @@ def test_a_worker_of_several_models_labels_each_models_series():
     assert value(s, "llmq_worker_tokens_generated_total", model="a") == 5
     assert value(s, "llmq_worker_tokens_generated_total", model="b") == 9
     assert value(s, "llmq_worker_jobs_finished_total", status="succeeded", model="b") == 1
+    assert value(s, "llmq_worker_model_loads_total", model="b") == 1
 
 
 def _held(named: bool, **metrics):
     """What `serve_held_metrics` reads of a worker's held models."""
     runtimes = [SimpleNamespace(metrics=m, model=SimpleNamespace(name=name)) for name, m in metrics.items()]
-    return SimpleNamespace(catalog=SimpleNamespace(named=named), runtimes=lambda: runtimes)
+    return SimpleNamespace(catalog=SimpleNamespace(named=named), runtimes=lambda: runtimes,
+                           loads={name: 1 for name in metrics}, unloads={})
 
 
 def _scrape(held) -> list:
