@@ -79,11 +79,23 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None
 
 
+class ModelState(BaseModel):
+    """llmq's own field on a model object (OpenAI clients ignore it): where the model is loaded."""
+    state: Literal["loaded", "loading", "cold"]
+    workers: list[str]
+    loading_by: str | None
+    queued: int
+    running: int
+    load_s: float | None
+    memory_mb: float | None
+
+
 class Model(BaseModel):
     id: str
     object: Literal["model"]
     created: int
     owned_by: str
+    llmq: ModelState
 
 
 class ModelList(BaseModel):

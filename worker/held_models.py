@@ -34,6 +34,7 @@ from worker.runtime import WorkerRuntime, process_name
 
 log = logging.getLogger(__name__)
 PLACE_EVERY_S = 1.0
+RETRY_FAILED_LOAD_S = 30.0  # a model this worker could not load is not tried again here for this long
 
 
 class HeldModels:
@@ -47,6 +48,7 @@ class HeldModels:
         self._busy_at: dict[str, float] = {}  # model -> when it last had a queued or running job
         self._lock = threading.Lock()
         self._wanted: set[str] = set()  # cold models this worker had no room for at the last pass
+        self._failed_at: dict[str, float] = {}  # model -> when this worker last failed to load it
         self._stopping = threading.Event()
         self.loads: Counter[str] = Counter()  # by model, for the worker's metrics
         self.unloads: Counter[str] = Counter()
@@ -111,10 +113,14 @@ class HeldModels:
             runtime = self._held.pop(model)
         self.stop_consuming(runtime.queue)
         self.stop_consuming(runtime.own_queue)
+        waiting_since = time.monotonic()
         while True:  # tickets taken before the consumer stopped still run to their end
             with self._lock:
                 if self._tickets.get(model, 0) == 0 and runtime.loop.active == 0:
                     break
+            if time.monotonic() - waiting_since > 30:
+                log.info("unloading %s: waiting for its last jobs to end", model)
+                waiting_since = time.monotonic()
             time.sleep(0.05)
         runtime.sign_off()
         self.on_unload(runtime)
@@ -156,7 +162,8 @@ class HeldModels:
                 self._busy_at[model] = now
         served = {w.get("model") for w in self.stores.registry.live()}
         loading = self.stores.model_loads.loading(names)
-        cold = sorted((m for m in names if depth[m] and m not in served and m not in loading),
+        cold = sorted((m for m in names if depth[m] and m not in served and m not in loading
+                       and now - self._failed_at.get(m, -RETRY_FAILED_LOAD_S) >= RETRY_FAILED_LOAD_S),
                       key=lambda m: -depth[m])
         wanted_before, self._wanted = self._wanted, set()
         for model in cold:
@@ -190,8 +197,9 @@ class HeldModels:
         try:
             log.info("loading %s: it has queued jobs and no live worker holds it", model)
             self.load(entry)
-        except (ModelUnavailable, OSError, RuntimeError, ValueError) as exc:
-            log.error("could not load %s: %s", model, exc)
+        except Exception:  # its jobs stay queued: another worker, or this one later, may load it
+            log.exception("could not load %s; not trying again here for %.0fs", model, RETRY_FAILED_LOAD_S)
+            self._failed_at[model] = time.monotonic()
         finally:
             done.set()
             self.stores.model_loads.unlock(model, self.process)

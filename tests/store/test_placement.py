@@ -99,3 +99,18 @@ def test_the_memory_budget_counts_what_each_model_took_at_its_last_load(stores):
     w.place()
     w.place()
     assert w.events == [("unload", "a"), ("load", "b", w.process)]
+
+
+def test_a_model_that_fails_to_load_is_not_tried_again_at_once_and_its_lock_is_freed(stores):
+    w = worker(stores, worker_max_models=2)
+    stores.queued["b"] = 1
+    failures = []
+
+    def fail(entry):
+        failures.append(entry.name)
+        raise RuntimeError("engine exploded")
+    w.load = fail
+    w.place()
+    w.place()
+    assert failures == ["b"]  # once, not every pass
+    assert stores.model_loads.loading(["b"]) == {}  # another worker may load it meanwhile
