@@ -26,12 +26,14 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import redis
 import requests
 
 from bench.bench import _stream
 from bench.make_qwen_size_model import TINY, build
 from bench.prefix_bench import pct
 from bench.stack import Stack
+from common.keys import Keys
 from common.settings import Settings
 
 MODELS = ("smol", "tiny")
@@ -59,8 +61,11 @@ def ask(stack: Stack, model: str, prompt: str, max_tokens: int) -> dict:
     with requests.get(f"{stack.url}{job['links']['events']}", stream=True, timeout=900) as resp:
         sample = _stream(resp, t0)
     record = requests.get(f"{stack.url}/v1/jobs/{job['id']}", timeout=30).json()
+    # which model's runtime ran it: the worker's name in the fleet, kept in Redis, not shown by the API
+    keys = Keys(stack.env["LLMQ_NAMESPACE"])
+    worker = redis.Redis.from_url(stack.redis_url, decode_responses=True).hget(keys.job(job["id"]), "worker")
     return {"model": model, "prompt": prompt, "ok": sample.ok, "ttft": sample.ttft, "text": record.get("text"),
-            "ran_as": record.get("model"), "worker": record.get("worker")}
+            "ran_as": record.get("model"), "worker": worker}
 
 
 def last_loads(stack: Stack) -> dict[str, dict]:
@@ -117,7 +122,7 @@ def main() -> None:
         answers = [a for b in bursts for a in b["answers"]]
         lost = sum(not a["ok"] for a in answers)
         wrong = sum(a["ok"] and (a["text"] != reference[(a["model"], a["prompt"])] or a["ran_as"] != a["model"]
-                                 or not a["worker"].endswith(f"/{a['model']}")) for a in answers)
+                                 or not (a["worker"] or "").endswith(f"/{a['model']}")) for a in answers)
         cold = [b for b in bursts if b["cold"]]
         warm = [b for b in bursts if not b["cold"]]
         line = f"{label}: {len(answers)} jobs, lost {lost}, wrong model {wrong}; "

@@ -5,8 +5,8 @@ all of them. Every `PLACE_EVERY_S` it looks at the catalog: a model with queued 
 worker holds, and that no worker is loading, is loaded here if it fits, under a lock in Redis
 (common/model_loads.py) so that one worker loads it, not every worker that sees its queue. A
 worker without room may unload the model it wanted least (the longest without a queued or running
-job, at least `model_idle_s`), but only if the need is still there a pass later, so that a worker
-with room takes it first. An unload stops the model's Celery consumer, waits for every job it
+job, at least `model_idle_s`); when another worker says in its heartbeat that it has room, only if
+the need is still there a pass later, so that the worker with room takes it first. An unload stops the model's Celery consumer, waits for every job it
 runs to end (a running job is never dropped), then closes the engine; a ticket that reaches the
 model after that goes back to the queue for whoever holds it next.
 
@@ -93,6 +93,7 @@ class HeldModels:
         runtime = WorkerRuntime.build(self.settings, entry, self.stores,
                                       self.runtime_name(name) if name else None)
         name = runtime.model.name
+        runtime.process_info = self.room
         runtime.start_heartbeat()
         runtime.heartbeat()
         with self._lock:
@@ -138,6 +139,15 @@ class HeldModels:
             runtime.sign_off()
             runtime.close()
 
+    def room(self) -> dict:
+        """What this worker could still load, for the others' placement (in each heartbeat):
+        models, and memory when it has a budget."""
+        held = [m for m, _ in self._held_items()]
+        room = {"model_room": self.settings.worker_max_models - len(held)}
+        if self.settings.worker_memory_mb and self.catalog.named:
+            room["memory_room_mb"] = self.settings.worker_memory_mb - sum(map(self.memory_mb, held))
+        return room
+
     # --- placement ---------------------------------------------------------------------------
     def start_placing(self) -> None:
         if len(self.catalog.models) > 1:  # one model: nothing to place
@@ -160,7 +170,8 @@ class HeldModels:
         for model, runtime in self._held_items():
             if depth[model] or runtime.loop.active or self._tickets.get(model):
                 self._busy_at[model] = now
-        served = {w.get("model") for w in self.stores.registry.live()}
+        live = self.stores.registry.live()
+        served = {w.get("model") for w in live}
         loading = self.stores.model_loads.loading(names)
         cold = sorted((m for m in names if depth[m] and m not in served and m not in loading
                        and now - self._failed_at.get(m, -RETRY_FAILED_LOAD_S) >= RETRY_FAILED_LOAD_S),
@@ -174,8 +185,8 @@ class HeldModels:
             victim = self._least_wanted(now)
             if victim is None or not self._fits(entry, unloading=victim):
                 continue
-            if model not in wanted_before:  # give a worker with room a pass to take it first
-                self._wanted.add(model)
+            if model not in wanted_before and self._room_elsewhere(live, model):
+                self._wanted.add(model)  # give that worker a pass to take it first
                 continue
             if self.stores.model_loads.lock(model, self.process, self._lock_ttl_s()):
                 log.info("unloading %s (idle %.0fs) to load %s (%d queued)", victim,
@@ -203,6 +214,12 @@ class HeldModels:
         finally:
             done.set()
             self.stores.model_loads.unlock(model, self.process)
+
+    def _room_elsewhere(self, live: list[dict], model: str) -> bool:
+        """Whether another live worker says it has room for `model` (no unload needed there)."""
+        need = self.memory_mb(model) if self.settings.worker_memory_mb else 0
+        return any(w.get("model_room", 0) > 0 and w.get("memory_room_mb", need) >= need
+                   for w in live if not w["name"].startswith(f"{self.process}/"))
 
     def _lock_ttl_s(self) -> float:
         return max(3.0, 3 * self.settings.heartbeat_s)

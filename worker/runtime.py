@@ -12,6 +12,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import redis
 import torch
@@ -51,6 +52,7 @@ class WorkerRuntime:
         self.free_slots = FreeSlots(self.redis, self.keys.free_slots(self.name), settings.max_batch_size,
                                     ttl_s=max(3, int(3 * settings.heartbeat_s)))
         self.meter = LoadMeter()
+        self.process_info: Callable[[], dict] = dict  # what the worker process adds (its room for models)
         self._stopping = threading.Event()
 
     @classmethod
@@ -115,6 +117,7 @@ class WorkerRuntime:
         }
         self.meter.observe(stats.tokens_generated, busy=self.loop.active > 0, steps_total=stats.steps)
         info.update(self.meter.snapshot())
+        info.update(self.process_info())
         prefix = getattr(getattr(self.loop.engine, "runner", None), "prefix", None)
         if prefix is not None:
             info["prefix_cache"] = {"hit_rate": round(prefix.stats.hit_rate, 4), "blocks": len(prefix),

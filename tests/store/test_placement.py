@@ -68,14 +68,12 @@ def test_a_model_another_worker_loads_or_holds_is_left_to_it(stores):
     assert w.events == []
 
 
-def test_without_room_an_idle_model_is_unloaded_a_pass_later_and_a_busy_one_never(stores):
+def test_without_room_an_idle_model_is_unloaded_and_a_busy_one_never(stores):
     w = worker(stores, holding="a", worker_max_models=1)
     stores.queued["b"] = 1
     w.place()
     assert w.events == []  # "a" has not been idle for model_idle_s yet
     w.idle_for("a", 11)
-    w.place()
-    assert w.events == []  # a pass for a worker with room to take it first
     w.place()
     assert w.events == [("unload", "a"), ("load", "b", w.process)]
 
@@ -88,6 +86,17 @@ def test_without_room_an_idle_model_is_unloaded_a_pass_later_and_a_busy_one_neve
     assert w.events == []
 
 
+def test_a_worker_with_room_elsewhere_gets_a_pass_to_load_it_first(stores):
+    w = worker(stores, holding="a", worker_max_models=1)
+    w.idle_for("a", 11)
+    stores.registry.heartbeat({"name": "other:1/c", "model": "c", "model_room": 1}, ttl_s=30)
+    stores.queued["b"] = 1
+    w.place()
+    assert w.events == []  # the other worker can load it without unloading anything
+    w.place()
+    assert w.events == [("unload", "a"), ("load", "b", w.process)]  # it did not: this one does
+
+
 def test_the_memory_budget_counts_what_each_model_took_at_its_last_load(stores):
     stores.model_loads.record("a", "w", 1.0, memory_mb=700, slots=4)
     stores.model_loads.record("b", "w", 1.0, memory_mb=500, slots=4)
@@ -95,8 +104,9 @@ def test_the_memory_budget_counts_what_each_model_took_at_its_last_load(stores):
     stores.queued["b"] = 1
     w.place()
     assert w.events == []  # 700 + 500 > 1000, and "a" is not idle
+    # another worker has a model slot free but not the memory "b" took: no reason to wait for it
+    stores.registry.heartbeat({"name": "other:1/c", "model": "c", "model_room": 1, "memory_room_mb": 100}, ttl_s=30)
     w.idle_for("a", 11)
-    w.place()
     w.place()
     assert w.events == [("unload", "a"), ("load", "b", w.process)]
 
