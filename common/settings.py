@@ -181,6 +181,11 @@ class Settings(BaseSettings):
     control_concurrency: int = Field(8, ge=1, description="tasks (webhook deliveries, batch steps) a "
                                      "control worker runs at once")
 
+    @field_validator("catalog", mode="before")
+    @classmethod
+    def _no_catalog_when_empty(cls, value):
+        return value or None  # LLMQ_CATALOG= (as compose passes an unset one): no catalog
+
     @field_validator("webhook_secrets")
     @classmethod
     def _secrets_decode(cls, value: str) -> str:
