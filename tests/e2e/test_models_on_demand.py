@@ -8,6 +8,7 @@ import time
 import pytest
 
 from api import create_app
+from common.celery_app import make_celery
 from bench.make_qwen_size_model import TINY, build
 from tests.support.settings import cleanup_namespace, make_settings
 from tests.support.waiting import wait_until
@@ -85,6 +86,22 @@ def test_a_cold_model_is_queued_loaded_and_answers_under_its_own_name(one_slot):
     assert record["status"] == "succeeded" and record["worker"].endswith("/smol")
     health = client.get("/health").get_json()
     assert health["models"]["smol"]["state"] == "loaded" and health["models"]["tiny"]["state"] == "cold"
+    # Flower (Celery's inspect) sees the worker consume the loaded model's queues only
+    replies = make_celery(svc.settings).control.inspect(timeout=2).active_queues() or {}
+    queues = {q["name"] for consumed in replies.values() for q in consumed}
+    assert svc.keys.queue("smol") in queues and svc.keys.queue("tiny") not in queues
+
+
+def test_a_running_job_is_never_dropped_to_load_another_model(one_slot):
+    client, svc = one_slot
+    finished(svc, submit(client, "smol")["id"])  # loaded, whatever the test before left
+    long = submit(client, "smol", prompt="Count from 1 to 200, separated by commas.", max_tokens=160)
+    wait_until(lambda: svc.store.get(long["id"])["status"] == "running", timeout=60, interval=0.05)
+    other = submit(client, "tiny")
+    record = finished(svc, long["id"])
+    assert (record["status"], record["finish_reason"]) == ("succeeded", "length")  # ran to its end
+    assert record["completion_tokens"] == 160
+    assert finished(svc, other["id"])["started_at"] > record["finished_at"]  # tiny waited for it
 
 
 def test_alternating_bursts_lose_no_job_and_each_is_answered_by_its_model(one_slot):
