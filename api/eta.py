@@ -13,5 +13,7 @@ def queue_eta(svc: Services, record: dict) -> dict:
     ahead = svc.store.queue_position(record)
     if ahead is None:
         return {}
-    loads = fleet_loads(svc.registry.live(), svc.model_loads.last()).get(record.get("model"), [])
+    live, model = svc.registry.live(), record.get("model")
+    cold = not any(w.get("model") == model for w in live)  # then its last load time counts
+    loads = fleet_loads(live, svc.model_loads.last() if cold else {}).get(model, [])
     return place_fields(ahead, estimate(ahead, max_tokens_of(record), loads))
