@@ -51,7 +51,7 @@ class CatalogModel:
         if self.name is None:
             return resolve_model(base, prepare)
         ref = resolve_model(self.settings(base), prepare, fallback=False)
-        return replace(ref, name=self.name)
+        return replace(ref, name=self.name, source_name=ref.name)
 
 
 class Catalog:

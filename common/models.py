@@ -34,6 +34,13 @@ class ModelRef:
     path: Path  # a folder with config.json, tokenizer.json and weights
     source: str  # path | gguf | hub | embedded
     gguf: Path | None = None  # the GGUF file it came from, which the OpenVINO engine serves as is
+    source_name: str = ""  # its name from its source, where a catalog serves it under another
+
+    @property
+    def disk_name(self) -> str:
+        """What its exports are cached under: its source's name, whatever a catalog calls it, so a
+        renamed catalog entry never serves another model's export."""
+        return self.source_name or self.name
 
 
 def resolve_model(settings: Settings, prepare: bool = False, fallback: bool = True) -> ModelRef:

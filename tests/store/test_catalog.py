@@ -67,3 +67,15 @@ def test_a_catalog_name_is_never_answered_by_another_model(tmp_path):
     settings = make_settings(catalog=path)
     with pytest.raises(ModelUnavailable):
         Catalog.from_settings(settings).get("big").resolve(settings)
+
+
+def test_a_catalog_model_keeps_its_exports_under_its_sources_name(tmp_path, model_ref):
+    """Renaming a catalog entry, or pointing a name at another source, never serves a stale export."""
+    from worker.engine.openvino_model import exported_dir
+
+    path = tmp_path / "catalog.toml"
+    path.write_text("[models.chat]\nsource = 'embedded'\n")
+    settings = make_settings(catalog=path)
+    ref = Catalog.from_settings(settings).get("chat").resolve(settings)
+    assert ref.name == "chat" and ref.disk_name == model_ref.name
+    assert exported_dir(ref, settings) == exported_dir(model_ref, settings)

@@ -90,7 +90,7 @@ def gguf_weights(path: Path) -> str:
 
 
 def exported_dir(model: ModelRef, settings) -> Path:
-    return settings.model_cache_dir / "openvino" / f"{model.name.replace('/', '--')}-{settings.weights}"
+    return settings.model_cache_dir / "openvino" / f"{model.disk_name.replace('/', '--')}-{settings.weights}"
 
 
 def exporter_python(settings) -> Path:
