@@ -95,11 +95,12 @@ def _preload(catalog: Catalog, models: str | None) -> list[CatalogModel]:
         return [catalog.default]
     if models.strip().lower() == "none":
         return []
+    if not catalog.named:  # one model, whatever it is called
+        return [catalog.default]
     names = [m.strip() for m in models.split(",") if m.strip()]
-    unknown = [m for m in names if catalog.get(m) is None or (catalog.named and m not in catalog.models)]
-    if unknown or not catalog.named and len(names) > 1:
-        raise CatalogError(f"--models {models!r}: the catalog serves {sorted(map(str, catalog.models))}")
-    return [catalog.get(m) for m in names]
+    if any(m not in catalog.models for m in names):
+        raise CatalogError(f"--models {models!r}: the catalog serves {sorted(catalog.models)}")
+    return [catalog.models[m] for m in names]
 
 
 def _threads(args, settings, catalog: Catalog) -> int:

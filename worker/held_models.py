@@ -61,11 +61,7 @@ class HeldModels:
         with self._lock:
             return list(self._held.values())
 
-    def names(self) -> list[str]:
-        with self._lock:
-            return list(self._held)
-
-    def runtime_name(self, model: str) -> str:
+    def runtime_name(self, model: str | None) -> str:
         """A held model's name in the fleet (its heartbeat, leases, free slots, own queue): the
         process's, plus the model's when the catalog has names (a process may hold several)."""
         return f"{self.process}/{model}" if self.catalog.named else self.process
@@ -89,9 +85,7 @@ class HeldModels:
     def load(self, entry: CatalogModel) -> WorkerRuntime:
         """Build the model's runtime and start serving it: heartbeat, then consume its queues."""
         started, before = time.monotonic(), _memory_mb()
-        name = entry.name
-        runtime = WorkerRuntime.build(self.settings, entry, self.stores,
-                                      self.runtime_name(name) if name else None)
+        runtime = WorkerRuntime.build(self.settings, entry, self.stores, self.runtime_name(entry.name))
         name = runtime.model.name
         runtime.process_info = self.room
         runtime.start_heartbeat()
