@@ -98,6 +98,9 @@ def run(stack: Stack, systems: list[str], requests_n: int, clients: int, max_tok
         "tokens_per_s": round(sum(s.tokens for s in samples) / wall, 1),
         "outcomes": dict(Counter(records[job_id][3] for job_id, _ in done)),
         "jobs_per_worker": dict(Counter(records[job_id][1] for job_id, _ in done)),
+        "ttft_p50_per_worker": {worker: round(pct([s.ttft for job_id, s in done if s.ok and records[job_id][1] == worker], 50), 3)
+                                for worker in {records[job_id][1] for job_id, _ in done}},
+        "warmed_on": [records[job_id][1] for job_id in warm],
     }
     if before and after and after[1] > before[1]:
         result["engine_hit_rate"] = round((after[0] - before[0]) / (after[1] - before[1]), 3)

@@ -103,6 +103,34 @@ def test_requests_beyond_the_kv_cache_wait_for_room_instead_of_failing(model_ref
     assert most_at_once <= fit
 
 
+def test_prompts_that_start_alike_wait_for_the_first_ones_prefill(model_ref):
+    """The pipeline looks up its prefix cache only as it takes a request in: requests sharing a
+    long start, sent together, would each compute it. The adapter sends the first, then the others
+    once it has its first token (from the cache); other requests are not held."""
+    from worker.engine.openvino_engine import SHARED_START_TOKENS
+
+    engine, _ = build(model_ref)
+    builder = PromptBuilder(model_ref.path, 4096)
+    policy = builder.build(None, "Policy: refunds within thirty days of delivery, to the original card. " * 40)[1]
+    assert len(policy) > SHARED_START_TOKENS
+    asks = {f"r{i}": policy + builder.build(None, f" Question {i}: may I return a lamp?")[1] for i in range(3)}
+    asks["other"] = builder.build(None, "Name a colour.")[1]
+    for request_id, prompt in asks.items():
+        engine.add_request(EngineRequest(request_id, prompt, Sampling(max_tokens=4, temperature=0)))
+    assert set(engine._reserved) == {"r0", "other"}  # r1 and r2 wait for r0's start to be cached
+    seen, finals = set(), []
+    while engine.has_unfinished():
+        outputs = engine.step()
+        now = {out.request_id for out in outputs}
+        if "r0" in now - seen:  # r0's first token: the others go to the core at once
+            assert {"r1", "r2"} <= set(engine._reserved) and not {"r1", "r2"} & now
+        elif "r0" not in seen:
+            assert not {"r1", "r2"} & set(engine._reserved)
+        seen |= now
+        finals += [(out.request_id, out.finish_reason) for out in outputs if out.finished]
+    assert sorted(finals) == sorted((rid, "length") for rid in asks)
+
+
 def test_steps_leave_the_gil_to_the_job_threads(model_ref, prompts):
     """The job threads relay text while the engine computes. openvino-genai holds the GIL for a
     whole step, so the pipeline steps in a process of its own: here a Python thread that wakes

@@ -35,6 +35,18 @@ BLOCK_TOKENS = 32  # tokens per KV block of OpenVINO's CPU plugin
 _PRECISIONS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
+SHARED_START_TOKENS = 256  # prompts that agree on this many first tokens share a prefix worth waiting for
+WARM_STARTS = 256  # prompt starts remembered as prefilled (likely still in the prefix cache): none waits on them
+
+
+def prompt_start(prompt_token_ids) -> tuple[int, ...] | None:
+    """A long prompt's first tokens: what a request waits on while another with the same start
+    prefills (None: too short to be worth a wait)."""
+    if len(prompt_token_ids) <= SHARED_START_TOKENS:
+        return None
+    return tuple(prompt_token_ids[:SHARED_START_TOKENS])
+
+
 def kv_block_bytes(model_dir: Path, kv_precision: str) -> int:
     """Bytes of one KV block of this model: keys and values of every layer and KV head."""
     import torch
@@ -155,6 +167,8 @@ class OpenVINOEngine:
         self._received: queue.Queue = queue.Queue()
         self._reserved: dict[str, int] = {}  # in the core: request id -> KV tokens it may come to use
         self._waiting: collections.deque[EngineRequest] = collections.deque()  # held until they fit
+        self._prefilling: dict[str, tuple[int, ...]] = {}  # in the core, no token yet: id -> prompt start
+        self._warm: collections.OrderedDict[tuple[int, ...], None] = collections.OrderedDict()  # prefilled starts
         self._wake = lambda: None
         self._closing = False
         threading.Thread(target=self._receive, name="openvino-core-outputs", daemon=True).start()
@@ -224,15 +238,29 @@ class OpenVINOEngine:
         request its cache cannot grow into is dropped (IGNORED) mid-answer, so a burst of long
         prompts on a small `LLMQ_KV_CACHE_MB` would fail jobs that need only wait. Counting
         every request's whole length ignores the blocks prompts share, so it holds back a little
-        early; one request alone always goes."""
+        early; one request alone always goes.
+
+        A request whose prompt starts like one the core is still prefilling waits for that one's
+        first token (the requests behind it go on): the pipeline looks up its prefix cache only
+        when it takes a request in, so a burst of prompts with one long system prompt would
+        otherwise compute it once per request, several seconds on one core. A start prefilled
+        once is remembered, and later requests with it go at once."""
         capacity = self.info.get("kv_capacity_tokens") or 0
-        while self._waiting:
-            request = self._waiting[0]
+        prefilling = set(self._prefilling.values())
+        for request in list(self._waiting):
+            start = prompt_start(request.prompt_token_ids)
+            if start in self._warm:
+                start = None  # computed already: nothing to wait for
+            elif start is not None and start in prefilling:
+                continue
             need = len(request.prompt_token_ids) + request.sampling.max_tokens
             if self._reserved and capacity and sum(self._reserved.values()) + need > capacity:
                 return
-            self._waiting.popleft()
+            self._waiting.remove(request)
             self._reserved[request.request_id] = need
+            if start is not None:
+                self._prefilling[request.request_id] = start
+                prefilling.add(start)
             self.conn.send(("add", request.request_id, list(request.prompt_token_ids), request.sampling))
 
     def has_unfinished(self) -> bool:
@@ -259,12 +287,17 @@ class OpenVINOEngine:
         for message in messages:
             outputs += self._handle(message)
         ended = {out.request_id for out in outputs if out.finished}
-        if ended:
-            for request_id in ended:
-                self._reserved.pop(request_id, None)
-            if self._waiting:  # an engine failure ends waiting requests too
-                self._waiting = collections.deque(r for r in self._waiting if r.request_id not in ended)
-                self._send_what_fits()
+        prefilled = [self._prefilling.pop(out.request_id) for out in outputs if out.request_id in self._prefilling]
+        for start in prefilled:
+            self._warm[start] = None
+            self._warm.move_to_end(start)
+            if len(self._warm) > WARM_STARTS:
+                self._warm.popitem(last=False)
+        for request_id in ended:
+            self._reserved.pop(request_id, None)
+        if self._waiting and (ended or prefilled):  # an engine failure ends waiting requests too
+            self._waiting = collections.deque(r for r in self._waiting if r.request_id not in ended)
+            self._send_what_fits()
         return outputs
 
     def _handle(self, message: tuple) -> list[RequestOutput]:
@@ -291,6 +324,7 @@ class OpenVINOEngine:
 
     def fail_all(self, message: str) -> list[RequestOutput]:
         self._waiting.clear()
+        self._prefilling.clear()
         for request_id in self._reserved:
             self.conn.send(("cancel", request_id))
         self._reserved.clear()
