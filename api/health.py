@@ -11,7 +11,7 @@ import redis
 from flask import Blueprint, jsonify, request
 
 from api.services import services
-from common.demand import model_demand, model_state
+from common.demand import model_state
 
 bp = Blueprint("health", __name__)
 
@@ -31,8 +31,8 @@ def health():
     except Exception as exc:  # not prepared yet: still report the rest
         body["model"] = {"name": None, "error": str(exc)}
     body["workers_detail"] = svc.registry.live()
-    body["models"] = {d.model: model_state(d, body["workers_detail"]) for d in model_demand(
-        svc, set(svc.admission.served_models()), body["workers_detail"], svc.settings.max_batch_size)}
+    body["models"] = {d.model: model_state(d, body["workers_detail"])
+                      for d in svc.model_demands(body["workers_detail"])}
     body["workers"] = sorted(info["name"] for info in body["workers_detail"])
     body["queue_depth"] = svc.store.queue_depth()
     if request.args.get("deep", "").lower() in ("1", "true", "yes"):

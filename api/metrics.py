@@ -16,7 +16,6 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from api.services import Services
-from common.demand import model_demand
 
 log = logging.getLogger("api.access")
 
@@ -87,7 +86,7 @@ class ClusterCollector:
                                     "jobs and no live worker)", labels=["model"])
         load_s = GaugeMetricFamily("llmq_model_load_seconds", "how long the model's last load took",
                                    labels=["model"])
-        for demand in model_demand(self.svc, self._served_models(), workers, self.svc.settings.max_batch_size):
+        for demand in self.svc.model_demands(workers):
             loading.add_metric([demand.model], 1 if demand.loading_by else 0)
             if demand.last_load:
                 load_s.add_metric([demand.model], demand.last_load["load_s"])
@@ -98,15 +97,12 @@ class ClusterCollector:
             desired.add_metric([demand.model], demand.desired_workers)
         yield from (jobs, slots, live, desired, loading, load_s)
 
-    def _served_models(self) -> set[str]:
-        """The catalog's models, even while no worker is live (scale from zero)."""
-        return set(self.svc.admission.served_models())
-
     def _queues(self, workers: list[dict]) -> set[str]:
-        """The served model's queue and every queue a live worker consumes."""
+        """The catalog's models' queues (even while no worker is live: scale from zero) and every
+        queue a live worker consumes."""
         queues = {w["queue"] for w in workers if w.get("queue")}
         queues.update(q for w in workers for q in w.get("queues", []))
-        queues.update(self.svc.keys.queue(name) for name in self._served_models())
+        queues.update(self.svc.keys.queue(name) for name in self.svc.admission.served_models())
         return queues
 
 

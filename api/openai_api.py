@@ -21,7 +21,7 @@ from werkzeug.exceptions import HTTPException
 from api.auth import current_key
 from common.errors import ApiError, describe_validation
 from api.jobs import json_body
-from common.demand import model_demand, model_state
+from common.demand import model_state
 from common.openai_format import Surface, error_body, sse_data
 from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
@@ -163,9 +163,8 @@ def _model_cards(svc: Services) -> list[dict]:
     """OpenAI's model objects for every catalog model (and any a live worker serves), each with
     an `llmq` field OpenAI clients ignore: whether it is loaded, who holds it, its jobs."""
     workers = svc.registry.live()
-    demands = model_demand(svc, set(svc.admission.served_models()), workers, svc.settings.max_batch_size)
     return [{"id": d.model, "object": "model", "created": 0, "owned_by": "llmq", "llmq": model_state(d, workers)}
-            for d in demands]
+            for d in svc.model_demands(workers)]
 
 
 @bp.errorhandler(Exception)

@@ -10,6 +10,7 @@ from api.ratelimit import RateLimiter
 from api.stream_limits import StreamLimits
 from api.wakeups import JobWakeups
 from common.admission import Admission
+from common.demand import ModelDemand, model_demand
 from common.settings import Settings
 from common.stores import Stores
 
@@ -25,6 +26,11 @@ class Services(Stores):
         self.places = QueuePlaces(self.store, self.registry, self.model_loads, settings.queue_place_interval_s,
                                   settings.queue_place_every_s)
         self.streams = StreamLimits(self.redis, self.keys, settings)
+
+    def model_demands(self, workers: list[dict]) -> list[ModelDemand]:
+        """Every catalog model's demand and state (and any model a live worker in `workers`
+        serves): for /v1/models, /health and /metrics."""
+        return model_demand(self, set(self.admission.served_models()), workers, self.settings.max_batch_size)
 
 
 def services() -> Services:

@@ -71,7 +71,7 @@ class Admission:
                     ref = entry.resolve(self.settings)
                 except ModelUnavailable as exc:
                     raise ApiError(503, "model_unavailable", str(exc), {"Retry-After": "10"})
-                settings = entry.settings(self.settings) if self.catalog.named else self.settings
+                settings = entry.settings(self.settings)
                 self._models[entry.name] = (ref, PromptBuilder(ref.path, settings.max_model_len), settings)
             ref, builder, settings = self._models[entry.name]
         if name not in (None, ref.name):  # without a catalog file: the one model, by its own name

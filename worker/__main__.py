@@ -60,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
 
     held = HeldModels(settings, worker_stores(settings), catalog)
     runtimes = [held.load(entry) for entry in preload]
-    if len(runtimes) == 1 and args.concurrency is not None:
+    if len(runtimes) == 1 and args.concurrency is not None and runtimes[0].free_slots is not None:
         runtimes[0].free_slots.slots = args.concurrency  # the threads that take tickets
     if any(rt.engine_kind == "vllm" for rt in runtimes):  # service threads off the compute cores, below vLLM's
         keep_off_the_compute_cores(settings.vllm_cpu_reserved_cores)

@@ -54,7 +54,6 @@ class HeldModels:
         self.unloads: Counter[str] = Counter()
         self.consume: Callable[[str], None] = lambda queue: None  # set once Celery's consumer runs
         self.stop_consuming: Callable[[str], None] = lambda queue: None
-        self.on_unload: Callable[[WorkerRuntime], None] = lambda runtime: None  # the Celery glue's cleanup
 
     # --- what is held ------------------------------------------------------------------------
     def runtimes(self) -> list[WorkerRuntime]:
@@ -118,7 +117,6 @@ class HeldModels:
                 waiting_since = time.monotonic()
             time.sleep(0.05)
         runtime.sign_off()
-        self.on_unload(runtime)
         runtime.loop.stop()
         runtime.close()
         del runtime

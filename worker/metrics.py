@@ -95,7 +95,6 @@ class WorkerMetrics:
         self.finished.labels(status).inc()
 
 
-
 class HeldModelsCollector:
     """Every held model's metrics in one exposition. A worker that may hold several models labels
     each sample with its model, since each model has its own engine, batch and jobs; a worker of

@@ -24,6 +24,7 @@ from common.stores import Stores
 from worker.engine.loop import EngineLoop
 from worker.engine.registry import build_engine, choose_engine
 from worker.free_slots import FreeSlots
+from worker.job_runner import JobRunner
 from worker.metrics import WorkerMetrics
 from worker.lease import Leases, lease_ttl
 from worker.load_meter import LoadMeter
@@ -49,18 +50,20 @@ class WorkerRuntime:
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
         self.leases = Leases(self.store, self.name, lease_ttl(settings))
-        self.free_slots = FreeSlots(self.redis, self.keys.free_slots(self.name), settings.max_batch_size,
-                                    ttl_s=max(3, int(3 * settings.heartbeat_s)))
+        self.free_slots: FreeSlots | None = None  # only prefix affinity reads it: off, no write per job
+        if settings.prefix_affinity_wait_s:
+            self.free_slots = FreeSlots(self.redis, self.keys.free_slots(self.name), settings.max_batch_size,
+                                        ttl_s=max(3, int(3 * settings.heartbeat_s)))
         self.meter = LoadMeter()
         self.process_info: Callable[[], dict] = dict  # what the worker process adds (its room for models)
+        self.runner: JobRunner | None = None  # built by the Celery glue with the first ticket
         self._stopping = threading.Event()
 
     @classmethod
     def build(cls, settings: Settings, entry: CatalogModel, stores: Stores | None = None,
               name: str | None = None) -> "WorkerRuntime":
         """Prepare (download, convert or export, once) and load the catalog model `entry`."""
-        if entry.name is not None:
-            settings = entry.settings(settings)
+        settings = entry.settings(settings)
         settings = settings.model_copy(update={"engine": choose_engine(settings.engine)})
         model = entry.resolve(settings, prepare=True)
         log.info("loading model %s from %s (%s), engine=%s", model.name, model.path, model.source,
@@ -84,14 +87,18 @@ class WorkerRuntime:
         """On a clean shutdown: stop beating and leave the live workers at once (a killed worker
         leaves when its heartbeat goes stale)."""
         self._stopping.set()
-        self.free_slots.forget()
+        if self.free_slots is not None:
+            self.free_slots.forget()
         try:
             self.stores.registry.forget(self.name)
         except redis.RedisError as exc:
             log.warning("could not sign off: %s", exc)
 
     def close(self) -> None:
-        """After the last job: the engine lets go of what it holds outside this process."""
+        """After the last job: the job runner's watcher threads end, and the engine lets go of what
+        it holds outside this process."""
+        if self.runner is not None:
+            self.runner.close()
         self.loop.engine.close()
 
     def _heartbeat_forever(self) -> None:
@@ -124,7 +131,8 @@ class WorkerRuntime:
                                     "hit_tokens": prefix.stats.hit_tokens,
                                     "queried_tokens": prefix.stats.queried_tokens}
         self.stores.registry.heartbeat(info, ttl_s=max(3, int(3 * self.settings.heartbeat_s)))
-        self.free_slots.publish()
+        if self.free_slots is not None:
+            self.free_slots.publish()
         self.leases.renew()  # keep the jobs (and broker messages) this worker holds
         self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
 

@@ -16,33 +16,24 @@ from worker.runtime import WorkerRuntime
 
 app = make_celery(get_settings(), consumer=True)
 _held: HeldModels | None = None
-_job_runners: dict[str, JobRunner] = {}  # by runtime name, until its model is unloaded
-_job_runners_lock = threading.Lock()
+_runner_lock = threading.Lock()
 
 
 def serve(held: HeldModels) -> None:
     """The models this process serves; set once, before the consumer starts."""
     global _held
     _held = held
-    held.on_unload = _forget
-
-
-def _forget(rt: WorkerRuntime) -> None:
-    with _job_runners_lock:
-        runner = _job_runners.pop(rt.name, None)
-    if runner is not None:
-        runner.close()
 
 
 def job_runner(rt: WorkerRuntime) -> JobRunner:
-    with _job_runners_lock:
-        runner = _job_runners.get(rt.name)
-        if runner is None:
-            runner = _job_runners[rt.name] = JobRunner(
+    """The model's job runner, built with its first ticket (the runtime closes it on unload)."""
+    with _runner_lock:
+        if rt.runner is None:
+            rt.runner = JobRunner(
                 rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics, meter=rt.meter,
                 cache=rt.stores.cache, send_ticket=lambda worker: _send_spare_ticket(rt, worker),
                 free_slots=rt.free_slots)
-        return runner
+        return rt.runner
 
 
 def _send_spare_ticket(rt: WorkerRuntime, worker: str | None) -> None:
@@ -74,10 +65,9 @@ def run_ticket(self, job_id: str, model: str) -> dict:
 
 @worker_shutting_down.connect
 def _stop_waiting_tickets(**_) -> None:
-    with _job_runners_lock:
-        runners = list(_job_runners.values())
-    for runner in runners:
-        runner.stop_waiting()
+    for rt in _held.runtimes() if _held is not None else []:
+        if rt.runner is not None:
+            rt.runner.stop_waiting()
 
 
 _OPTIONS = {"bind": True, "acks_late": True, "reject_on_worker_lost": True}
