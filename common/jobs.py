@@ -217,6 +217,10 @@ class JobStore:
         self.counters.count(f"finished:{status}", len(ended))
         return ended
 
+    def delete(self, job_id: str) -> None:
+        """Forget an ended job: its record and its log (a deleted response)."""
+        self.r.delete(self.keys.job(job_id), self.keys.events(job_id))
+
     # --- reads ------------------------------------------------------------------------------
     def get(self, job_id: str) -> dict[str, Any] | None:
         raw = self.r.hgetall(self.keys.job(job_id))

@@ -2,7 +2,8 @@
 
 Unknown fields are refused, as OpenAI does; fields llmq has no use for but that change nothing
 (`user`, `metadata`, ...) are accepted; fields that would change the answer in a way llmq cannot
-honour (`n` > 1, `logprobs`, `tools`, ...) get a 400 naming the parameter, never silence.
+honour (`n` > 1, `logprobs`, `functions`, ...) get a 400 naming the parameter, never silence.
+Tools become the job's own (common/tools.py).
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from common.schemas import JobRequest
 UNSUPPORTED: dict[str, tuple] = {
     "n": (None, 1), "best_of": (None, 1), "logprobs": (None, False, 0), "top_logprobs": (None, 0),
     "logit_bias": (None, {}), "echo": (None, False), "suffix": (None, ""),
-    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
+    "functions": (None, []),
     "function_call": (None, "none"), "audio": (None,), "modalities": (None, ["text"]),
     "prediction": (None,), "web_search_options": (None,),
 }
@@ -54,7 +55,6 @@ class _OpenAIRequest(BaseModel):
     metadata: dict | None = None
     store: bool | None = None
     service_tier: str | None = None
-    parallel_tool_calls: bool | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     prompt_cache_retention: Any = None
@@ -90,33 +90,42 @@ class _OpenAIRequest(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """Text messages. Content parts other than text, and tool/function roles, are refused."""
+    """Text messages, an assistant's tool calls (content may be null) and tool results. Content
+    parts other than text, and the legacy `function` role, are refused."""
 
     model_config = ConfigDict(extra="ignore")  # e.g. refusal/annotations echoed back from a reply
 
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[dict]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict] | None = None
     name: str | None = None
+    tool_calls: list[dict] | None = None
+    tool_call_id: str | None = None
 
     @field_validator("content")
     @classmethod
     def _text_only(cls, content):
-        if isinstance(content, str):
+        if content is None or isinstance(content, str):
             return content
         if any(part.get("type") != "text" or not isinstance(part.get("text"), str) for part in content):
             raise ValueError("only text content parts ({'type': 'text', 'text': ...}) are supported")
         return "".join(part["text"] for part in content)
 
     def as_message(self) -> dict:
-        return {"role": "system" if self.role == "developer" else self.role, "content": self.content}
+        message = {"role": "system" if self.role == "developer" else self.role, "content": self.content}
+        if self.tool_calls:  # OpenAI's echo may carry extra keys (index): the job's schema checks the rest
+            message["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
 class ChatCompletionRequest(_OpenAIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
     top_logprobs: int | None = None
-    tools: list | None = None
+    tools: list[dict] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
     functions: list | None = None
     function_call: Any = None
     audio: Any = None
@@ -133,6 +142,8 @@ class ChatCompletionRequest(_OpenAIRequest):
                                "send one of them", param="max_completion_tokens")
             fields["max_tokens"] = self.max_completion_tokens
         fields["messages"] = [m.as_message() for m in self.messages]
+        fields.update({k: v for k in ("tools", "tool_choice", "parallel_tool_calls")
+                       if (v := getattr(self, k)) is not None})
         return JobRequest.model_validate(fields)
 
 

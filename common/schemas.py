@@ -7,6 +7,8 @@ from typing import Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from common.tools import ToolCalling, ToolChoice, ToolSpec
+
 
 class JobStatus(str, enum.Enum):
     """A job's status. A str, so Redis fields, JSON and comparisons with "queued" see the word."""
@@ -49,11 +51,46 @@ Priority = Literal["high", "normal", "low"]
 PRIORITY_LEVELS: dict[str, int] = {"high": 0, "normal": 3, "low": 6, "batch": 9}
 
 
-class Message(BaseModel):
+class FunctionCall(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    role: Literal["system", "user", "assistant"]
-    content: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: str = Field(description="the arguments as a JSON text")
+
+
+class MessageToolCall(BaseModel):
+    """A call an assistant message made, sent back in a conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class Message(BaseModel):
+    """A chat message. An assistant message that made tool calls may have no content; a `tool`
+    message is a call's result, naming the call it answers."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    role: Literal["system", "user", "assistant", "tool"]
+    content: str | None = None
+    tool_calls: list[MessageToolCall] | None = Field(None, min_length=1)
+    tool_call_id: str | None = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _content_fits_role(self) -> "Message":
+        if self.tool_calls is not None and self.role != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        if (self.role == "tool") != (self.tool_call_id is not None):
+            raise ValueError("a tool message, and only a tool message, names its tool_call_id")
+        if self.role == "tool":
+            if self.content is None:
+                raise ValueError("a tool message needs content (the call's result)")
+        elif not self.content and not self.tool_calls:
+            raise ValueError(f"a {self.role} message needs non-empty content")
+        return self
 
 
 def _response_format_schema(schema: dict) -> None:
@@ -167,6 +204,12 @@ class JobRequest(SamplingParams):
     webhook_events: list[WebhookEvent] | None = Field(
         None, min_length=1, description="which events to send: 'start' (a worker began the job), "
                                         "'completed' (it ended, in any status); default ['completed']")
+    tools: list[ToolSpec] | None = Field(None, max_length=128, description="functions the model may call")
+    tool_choice: ToolChoice | None = Field(None, description="none, auto (the default with tools), "
+                                                             "required, or {'type': 'function', "
+                                                             "'function': {'name': ...}}")
+    parallel_tool_calls: bool | None = Field(None, description="with required: more than one call "
+                                                               "allowed (default true)")
 
     @model_validator(mode="before")
     @classmethod
@@ -183,7 +226,15 @@ class JobRequest(SamplingParams):
             raise ValueError("give exactly one of 'messages' or 'prompt'")
         if self.webhook_events is not None and self.webhook is None:
             raise ValueError("webhook_events needs a webhook URL")
+        calling = self.tool_calling()  # ValueError for a choice the tools cannot meet
+        if calling and calling.mode != "auto" and self.response_format is not None:
+            raise ValueError("a forced tool call and response_format cannot both shape the output")
+        if calling and self.prompt is not None:
+            raise ValueError("tools need chat 'messages', not a raw 'prompt'")
         return self
+
+    def tool_calling(self) -> ToolCalling | None:
+        return ToolCalling.plan(self.tools, self.tool_choice)
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(**self.model_dump(include=set(SamplingParams.model_fields)))
