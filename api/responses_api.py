@@ -64,7 +64,7 @@ def get_response(rid: str):
     record = _record_or_404(svc, rid)
     if request.args.get("stream", "").lower() not in ("true", "1"):
         return _json(response_object(record))
-    after = request.args.get("starting_after") or request.headers.get("Last-Event-ID") or "-1"
+    after = request.args.get("starting_after") or "-1"
     try:
         starting_after = int(after)
     except ValueError:
@@ -174,8 +174,8 @@ def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: b
     def send(events) -> Iterator[str]:
         for event in events:
             if event.sequence_number > starting_after:
-                yield (f"id: {event.sequence_number}\nevent: {event.type}\n"
-                       f"data: {event.model_dump_json()}\n\n")
+                # no `id:` lines: the openai client would then read each comment as an empty event
+                yield f"event: {event.type}\ndata: {event.model_dump_json()}\n\n"
     try:
         yield from send(stream.opening())
         yield ": open\n\n"  # the first bytes go out at once, even on a resume past everything so far
