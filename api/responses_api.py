@@ -58,11 +58,11 @@ def create_response():
     return _json(response_object(record))
 
 
-@bp.get("/<rid>")
-def get_response(rid: str):
+@bp.get("/<response_id>")
+def get_response(response_id: str):
     svc = services()
-    record = _record_or_404(svc, rid)
-    if request.args.get("stream", "").lower() not in ("true", "1"):
+    record = _record_or_404(svc, response_id)
+    if _choice("stream", ("true", "false"), "false") == "false":
         return _json(response_object(record))
     after = request.args.get("starting_after") or "-1"
     try:
@@ -74,37 +74,37 @@ def get_response(rid: str):
         return _event_response(svc, record, starting_after, slot, cancel_on_leave=False)
 
 
-@bp.post("/<rid>/cancel")
-def cancel_response(rid: str):
+@bp.post("/<response_id>/cancel")
+def cancel_response(response_id: str):
     svc = services()
-    record = _record_or_404(svc, rid)
+    record = _record_or_404(svc, response_id)
     if not (record.get("response") or {}).get("background"):
         raise ApiError(400, "invalid_request", "only background responses can be cancelled")
     if JobStatus(record["status"]).terminal:
         if record["status"] != JobStatus.CANCELLED:
-            raise ApiError(409, "conflict", f"response {rid} has already ended ({response_object(record).status})")
+            raise ApiError(409, "conflict", f"response {response_id} has already ended ({response_object(record).status})")
         return _json(response_object(record))
     svc.store.cancel(record["id"])
     return _json(response_object(_ended(svc, record["id"]) or record))
 
 
-@bp.delete("/<rid>")
-def delete_response(rid: str):
+@bp.delete("/<response_id>")
+def delete_response(response_id: str):
     svc = services()
-    record = _record_or_404(svc, rid)
+    record = _record_or_404(svc, response_id)
     if not JobStatus(record["status"]).terminal:
         svc.store.cancel(record["id"])
         _ended(svc, record["id"])
     svc.store.delete(record["id"])
-    return _json(DeletedResponse(id=rid))
+    return _json(DeletedResponse(id=response_id))
 
 
-@bp.get("/<rid>/input_items")
-def list_input_items(rid: str):
-    record = _record_or_404(services(), rid)
+@bp.get("/<response_id>/input_items")
+def list_input_items(response_id: str):
+    record = _record_or_404(services(), response_id)
     items = [{**item, "id": item.get("id") or f"{_ITEM_PREFIX[item['type']]}_{record['id'][:24]}_{i}"}
              for i, item in enumerate(record["response"]["input_items"])]
-    if request.args.get("order", "desc") == "desc":
+    if _choice("order", ("asc", "desc"), "desc") == "desc":
         items.reverse()
     after = request.args.get("after")
     if after:
@@ -147,6 +147,13 @@ def _ended(svc: Services, job_id: str) -> dict | None:
             if event == "done" or time.monotonic() > deadline:
                 break
     return svc.store.get(job_id)
+
+
+def _choice(name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = request.args.get(name, default)
+    if value not in allowed:
+        raise ApiError(400, "invalid_value", f"{name}={value!r}: one of {', '.join(allowed)}", param=name)
+    return value
 
 
 def _limit(raw: str) -> int:

@@ -25,6 +25,7 @@ UNSUPPORTED: dict[str, tuple] = {
 # the request fields that pass on to the job as they are (the API's description reads them too)
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "presence_penalty",
                    "frequency_penalty", "response_format", "cache", "webhook", "webhook_events")
+TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")  # chat's, also passed on as they are
 
 
 class StreamOptions(BaseModel):
@@ -142,8 +143,7 @@ class ChatCompletionRequest(_OpenAIRequest):
                                "send one of them", param="max_completion_tokens")
             fields["max_tokens"] = self.max_completion_tokens
         fields["messages"] = [m.as_message() for m in self.messages]
-        fields.update({k: v for k in ("tools", "tool_choice", "parallel_tool_calls")
-                       if (v := getattr(self, k)) is not None})
+        fields.update({k: v for k in TOOL_FIELDS if (v := getattr(self, k)) is not None})
         return JobRequest.model_validate(fields)
 
 

@@ -73,7 +73,8 @@ class PromptBuilder:
 
     def build(self, messages: list[dict] | None, prompt: str | None,
               tools: list[dict] | None = None) -> tuple[str, list[int]]:
-        """(prompt text, token ids). Chat templates carry their own special tokens."""
+        """(prompt text, token ids). Chat templates carry their own special tokens. A raw prompt
+        is sent as it is: it shows any tools the way its writer chose."""
         if messages is not None:
             text = self.render(messages, tools)
             return text, self.encode(text, add_special_tokens=False)

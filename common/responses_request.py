@@ -8,10 +8,11 @@ on it (`previous_response_id`) and `GET .../input_items` need.
 """
 from __future__ import annotations
 
-import json
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import (BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, ValidationError,
+                      field_validator)
+from typing_extensions import Annotated
 
 from common.errors import ApiError
 from common.schemas import JobRequest
@@ -27,19 +28,108 @@ def _invalid(message: str, param: str) -> ApiError:
     return ApiError(400, "invalid_value", message, param=param)
 
 
+class TextPart(BaseModel):
+    model_config = ConfigDict(extra="ignore")  # an echoed output_text carries annotations, logprobs
+
+    type: Literal["input_text", "output_text"]
+    text: str = Field(min_length=1)
+
+
+class MessageItem(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: Annotated[str, Field(min_length=1)] | Annotated[list[TextPart], Field(min_length=1)]
+    id: str | None = None
+
+
+class FunctionCallInput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function_call"]
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: str
+    id: str | None = None
+
+
+class FunctionCallOutput(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["function_call_output"]
+    call_id: str = Field(min_length=1)
+    output: str | list[TextPart]
+    id: str | None = None
+
+
+def _item_type(item: Any) -> str | None:
+    """An item's `type` (a message may leave it out); None for what is no item at all."""
+    if isinstance(item, dict):
+        return item.get("type", "message")
+    return getattr(item, "type", None) if isinstance(item, BaseModel) else None
+
+
+InputItem = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[FunctionCallInput, Tag("function_call")]
+                      | Annotated[FunctionCallOutput, Tag("function_call_output")],
+                      Discriminator(_item_type)]
+_ITEMS = TypeAdapter(list[InputItem])
+
+
+class FunctionTool(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
+    description: str | None = None
+    parameters: dict | None = None
+    strict: bool | None = None
+
+
+class FunctionChoice(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["function"]
+    name: str
+
+
+class PlainFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    type: Literal["text", "json_object"]
+
+
+class SchemaFormat(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    type: Literal["json_schema"]
+    name: str | None = None
+    schema_: dict = Field(alias="schema")
+    strict: bool | None = None
+    description: str | None = None
+
+
+class TextConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: PlainFormat | SchemaFormat | None = None
+    verbosity: str | None = None  # accepted; changes nothing here
+
+
 class ResponseCreate(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     model: str = Field(min_length=1)
-    input: str | list[dict] = Field(description="a user message, or input items")
+    input: Annotated[str, Field(min_length=1)] | Annotated[list[InputItem], Field(min_length=1)] = Field(
+        description="a user message, or input items")
     instructions: str | None = None
     previous_response_id: str | None = None
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
-    text: dict | None = None
-    tools: list[dict] | None = None
-    tool_choice: Any = None
+    text: TextConfig | None = None
+    tools: list[FunctionTool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | FunctionChoice | None = None
     parallel_tool_calls: bool | None = None
     background: bool | None = None
     stream: bool | None = None
@@ -67,6 +157,19 @@ class ResponseCreate(BaseModel):
     seed: int | None = None
     cache: bool | None = None
 
+    @field_validator("input", mode="before")
+    @classmethod
+    def _items(cls, value):
+        """A list is read as items here, so a bad one is named plainly (not once per union arm)."""
+        if not isinstance(value, list):
+            return value
+        try:
+            return _ITEMS.validate_python(value)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for i, part in enumerate(error["loc"]) if i != 1)  # 1: the item's type
+            raise ValueError(f"item {where}: {error['msg']}") from None
+
     def check(self) -> None:
         for name, unused in UNSUPPORTED.items():
             if getattr(self, name) not in unused:
@@ -76,9 +179,10 @@ class ResponseCreate(BaseModel):
             raise _invalid("background responses must be stored (store: true)", "store")
 
     def input_items(self) -> list[dict]:
-        """The input as items with ids, as `GET .../input_items` lists them."""
-        raw = [{"role": "user", "content": self.input}] if isinstance(self.input, str) else self.input
-        return [_item(item, i) for i, item in enumerate(raw)]
+        """The input as items (each with `status`, and the `id` the client gave, if any), as
+        `GET .../input_items` lists them."""
+        items = [MessageItem(role="user", content=self.input)] if isinstance(self.input, str) else self.input
+        return [_listed(item) for item in items]
 
     def job_request(self, conversation: list[dict]) -> JobRequest:
         """The job for this request, given the conversation so far (chained responses, then this
@@ -91,47 +195,36 @@ class ResponseCreate(BaseModel):
         if self.max_output_tokens is not None:
             fields["max_tokens"] = self.max_output_tokens
         if self.tools:
-            fields["tools"] = [_chat_tool(t) for t in self.tools]
-        if self.tool_choice is not None:
-            fields["tool_choice"] = _chat_tool_choice(self.tool_choice)
-        if self.text and self.text.get("format"):
-            fields["response_format"] = _response_format(self.text["format"])
+            fields["tools"] = [{"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
+                               for t in self.tools]
+        if isinstance(self.tool_choice, FunctionChoice):
+            fields["tool_choice"] = {"type": "function", "function": {"name": self.tool_choice.name}}
+        elif self.tool_choice is not None:
+            fields["tool_choice"] = self.tool_choice
+        fmt = self.text.format if self.text else None
+        if isinstance(fmt, SchemaFormat):
+            spec = {"name": fmt.name, "schema": fmt.schema_, "strict": fmt.strict, "description": fmt.description}
+            fields["response_format"] = {"type": "json_schema",
+                                         "json_schema": {k: v for k, v in spec.items() if v is not None}}
+        elif fmt is not None:
+            fields["response_format"] = {"type": fmt.type}
         return JobRequest.model_validate(fields)
 
 
-def _item(item: Any, index: int) -> dict:
-    """One input item, checked, with its `type` (its `id`, if the client gave none, is given when
-    it is listed: see api/responses_api.py)."""
-    if not isinstance(item, dict):
-        raise _invalid(f"input[{index}] is not an object", "input")
-    kind = item.get("type", "message")
-    if kind == "message":
-        if item.get("role") not in ("user", "system", "developer", "assistant"):
-            raise _invalid(f"input[{index}].role must be user, system, developer or assistant", "input")
-        content = item.get("content")
-        if isinstance(content, str):
-            content = [{"type": "output_text" if item["role"] == "assistant" else "input_text", "text": content}]
-        if not isinstance(content, list) or not all(
-                isinstance(p, dict) and p.get("type") in ("input_text", "output_text") and isinstance(p.get("text"), str)
-                for p in content):
-            raise _invalid(f"input[{index}].content: only text parts (input_text, output_text) are supported", "input")
-        return {"type": "message", "role": item["role"], "content": content, "id": item.get("id"),
-                "status": "completed"}
-    if kind == "function_call":
-        if not all(isinstance(item.get(k), str) for k in ("call_id", "name", "arguments")):
-            raise _invalid(f"input[{index}]: a function_call needs call_id, name and arguments", "input")
-        return {"type": kind, "call_id": item["call_id"], "name": item["name"], "arguments": item["arguments"],
-                "id": item.get("id"), "status": "completed"}
-    if kind == "function_call_output":
-        output = item.get("output")
-        if isinstance(output, list):
-            output = "".join(p.get("text", "") for p in output if isinstance(p, dict))
-        if not isinstance(item.get("call_id"), str) or not isinstance(output, str):
-            raise _invalid(f"input[{index}]: a function_call_output needs call_id and a text output", "input")
-        return {"type": kind, "call_id": item["call_id"], "output": output,
-                "id": item.get("id"), "status": "completed"}
-    raise _invalid(f"input[{index}]: items of type {kind!r} are not supported (message, function_call, "
-                   "function_call_output are)", "input")
+def _text(parts: str | list[TextPart]) -> str:
+    return parts if isinstance(parts, str) else "".join(p.text for p in parts)
+
+
+def _listed(item: InputItem) -> dict:
+    """An input item as it is kept and listed: text parts typed by role, status completed."""
+    if isinstance(item, MessageItem):
+        kind = "output_text" if item.role == "assistant" else "input_text"
+        content = [{"type": kind, "text": item.content}] if isinstance(item.content, str) else \
+            [p.model_dump() for p in item.content]
+        return {"type": "message", "id": item.id, "role": item.role, "content": content, "status": "completed"}
+    if isinstance(item, FunctionCallInput):
+        return {**item.model_dump(), "status": "completed"}
+    return {**item.model_dump(), "output": _text(item.output), "status": "completed"}
 
 
 def items_as_messages(items: list[dict]) -> list[dict]:
@@ -156,34 +249,6 @@ def items_as_messages(items: list[dict]) -> list[dict]:
     return messages
 
 
-def _chat_tool(tool: dict) -> dict:
-    if tool.get("type") != "function":
-        raise _invalid(f"tools: only function tools are supported (got {tool.get('type')!r})", "tools")
-    unknown = set(tool) - {"type", "name", "description", "parameters", "strict"}
-    if unknown:
-        raise _invalid(f"tools: unknown field(s) {sorted(unknown)}", "tools")
-    return {"type": "function", "function": {k: v for k, v in tool.items() if k != "type" and v is not None}}
-
-
-def _chat_tool_choice(choice: Any) -> Any:
-    if choice in ("none", "auto", "required"):
-        return choice
-    if isinstance(choice, dict) and choice.get("type") == "function" and isinstance(choice.get("name"), str):
-        return {"type": "function", "function": {"name": choice["name"]}}
-    raise _invalid(f"tool_choice {json.dumps(choice)} is not supported (none, auto, required, or "
-                   "{'type': 'function', 'name': ...})", "tool_choice")
-
-
-def _response_format(fmt: dict) -> dict:
-    kind = fmt.get("type")
-    if kind in ("text", "json_object"):
-        return {"type": kind}
-    if kind == "json_schema":
-        spec = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
-        return {"type": "json_schema", "json_schema": spec}
-    raise _invalid(f"text.format.type {kind!r} is not supported (text, json_object, json_schema)", "text")
-
-
 class ResponseRecord(BaseModel):
     """What the job record keeps of a response beyond the job itself (the `response` field)."""
 
@@ -206,6 +271,9 @@ class ResponseRecord(BaseModel):
     def of(cls, body: ResponseCreate, conversation: list[dict]) -> "ResponseRecord":
         return cls(background=bool(body.background), store=body.store is not False, instructions=body.instructions,
                    previous_response_id=body.previous_response_id, max_output_tokens=body.max_output_tokens,
-                   temperature=body.temperature, top_p=body.top_p, text=body.text, tools=body.tools or [],
-                   tool_choice=body.tool_choice or "auto", parallel_tool_calls=body.parallel_tool_calls is not False,
+                   temperature=body.temperature, top_p=body.top_p,
+                   text=body.text.model_dump(exclude_none=True, by_alias=True) if body.text else None,
+                   tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
+                   tool_choice=(body.tool_choice.model_dump() if isinstance(body.tool_choice, FunctionChoice)
+                                else body.tool_choice or "auto"), parallel_tool_calls=body.parallel_tool_calls is not False,
                    metadata=body.metadata or {}, input_items=body.input_items(), conversation=conversation)

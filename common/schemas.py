@@ -68,29 +68,59 @@ class MessageToolCall(BaseModel):
     function: FunctionCall
 
 
+def _message_schema(schema: dict) -> None:
+    """Publish which fields each role takes (checked by the validators below) in the JSON Schema,
+    so OpenAPI clients and fuzzers know which messages are valid."""
+    props = schema["properties"]
+    calls = next(s for s in props["tool_calls"]["anyOf"] if s.get("type") == "array")
+    text, any_text = {"type": "string", "minLength": 1}, {"type": "string"}
+
+    def branch(roles: list[str], required: list[str], **fields) -> dict:
+        return {"type": "object", "additionalProperties": False, "required": ["role", *required],
+                "properties": {"role": {"enum": roles}, **fields}}
+    schema["anyOf"] = [
+        branch(["system", "user", "assistant"], ["content"], content=text),
+        branch(["assistant"], ["tool_calls"], content={"anyOf": [any_text, {"type": "null"}]}, tool_calls=calls),
+        branch(["tool"], ["tool_call_id", "content"], content=any_text,
+               tool_call_id={"type": "string", "minLength": 1}),
+    ]
+
+
 class Message(BaseModel):
     """A chat message. An assistant message that made tool calls may have no content; a `tool`
     message is a call's result, naming the call it answers."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=lambda schema: _message_schema(schema))
 
     role: Literal["system", "user", "assistant", "tool"]
-    content: str | None = None
     tool_calls: list[MessageToolCall] | None = Field(None, min_length=1)
-    tool_call_id: str | None = Field(None, min_length=1)
+    tool_call_id: str | None = Field(None, min_length=1, validate_default=True)
+    content: str | None = Field(None, validate_default=True)
 
-    @model_validator(mode="after")
-    def _content_fits_role(self) -> "Message":
-        if self.tool_calls is not None and self.role != "assistant":
+    @field_validator("tool_calls")
+    @classmethod
+    def _calls_are_the_assistants(cls, value, info):
+        if value is not None and info.data.get("role") != "assistant":
             raise ValueError("only assistant messages carry tool_calls")
-        if (self.role == "tool") != (self.tool_call_id is not None):
-            raise ValueError("a tool message, and only a tool message, names its tool_call_id")
-        if self.role == "tool":
-            if self.content is None:
+        return value
+
+    @field_validator("tool_call_id")
+    @classmethod
+    def _results_are_the_tools(cls, value, info):
+        if (value is not None) != (info.data.get("role") == "tool"):
+            raise ValueError("a tool message, and only a tool message, names the call it answers")
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _content_fits_role(cls, value, info):
+        role = info.data.get("role")
+        if role == "tool":
+            if value is None:
                 raise ValueError("a tool message needs content (the call's result)")
-        elif not self.content and not self.tool_calls:
-            raise ValueError(f"a {self.role} message needs non-empty content")
-        return self
+        elif not value and not (role == "assistant" and info.data.get("tool_calls")):
+            raise ValueError("needs non-empty content" + (" or tool_calls" if role == "assistant" else ""))
+        return value
 
 
 def _response_format_schema(schema: dict) -> None:
@@ -226,12 +256,21 @@ class JobRequest(SamplingParams):
             raise ValueError("give exactly one of 'messages' or 'prompt'")
         if self.webhook_events is not None and self.webhook is None:
             raise ValueError("webhook_events needs a webhook URL")
-        calling = self.tool_calling()  # ValueError for a choice the tools cannot meet
-        if calling and calling.mode != "auto" and self.response_format is not None:
-            raise ValueError("a forced tool call and response_format cannot both shape the output")
-        if calling and self.prompt is not None:
-            raise ValueError("tools need chat 'messages', not a raw 'prompt'")
         return self
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_fits_tools(cls, choice, info):
+        calling = ToolCalling.plan(info.data.get("tools"), choice)  # ValueError for a choice the tools cannot meet
+        if calling and calling.mode != "auto" and info.data.get("response_format") is not None:
+            raise ValueError("a forced tool call and response_format cannot both shape the output")
+        return choice
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_have_one_name_each(cls, tools):
+        ToolCalling.plan(tools, None)
+        return tools
 
     def tool_calling(self) -> ToolCalling | None:
         return ToolCalling.plan(self.tools, self.tool_choice)

@@ -158,5 +158,5 @@ def test_delete_and_the_errors_of_the_surface(client, live_api):
         reply = requests.post(f"{live_api}/v1/responses", json=body, timeout=30)
         assert reply.status_code == 400, body
         error = reply.json()["error"]
-        assert error["param"] == param or (param is None and "frobnicate" in error["message"])
+        assert (param is None and "frobnicate" in error["message"]) or error["param"].startswith(param)
     assert requests.post(f"{live_api}/v1/responses", json={"model": "gpt-9", "input": "x"}, timeout=30).status_code == 404
