@@ -379,7 +379,8 @@ class JobRunner:
     def _requeue(self, job_id: str, attempt: int) -> dict:
         """A preempted line goes back to the head of its queue with a spare ticket, so it starts
         over on the next free slot of any worker (its text so far is dropped: the next attempt
-        writes its own, after a `restart` event). A line that ended or moved on meanwhile is
+        writes its own, after a `restart` event; a preempted line is not continued, as a lost
+        worker's job is). A line that ended or moved on meanwhile is
         left as it is."""
         if self._retrying(lambda: self.store.requeue(job_id, attempt, self.worker_name)):
             self._send_ticket(None)
