@@ -254,7 +254,7 @@ class JobRunner:
             return {"job_id": job_id, "status": str(outcome)}
         self.leases.hold(job_id, attempt)
         record = self.store.get(job_id)
-        if self.metrics:
+        if self.metrics and outcome is Claimed.START:  # a redelivered job keeps its first start
             self.metrics.job_started(record["created_at"], record["started_at"])
         try:
             return self._run_attempt(job_id, attempt, record, outcome)

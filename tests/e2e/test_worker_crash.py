@@ -115,17 +115,17 @@ def assert_one_seamless_answer(events, final):
 class OpenAIStream(threading.Thread):
     """A streamed completion through the `openai` package, kept open across the crash."""
 
-    def __init__(self, url, model):
+    def __init__(self, url, model, prompt=COUNTING["prompt"], max_tokens=COUNTING["max_tokens"], **extra_body):
         super().__init__(daemon=True)
         self.client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
-        self.model, self.deltas, self.finish_reason, self.error, self.job_id = model, [], None, None, None
+        self.request = dict(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0, stream=True,
+                            extra_body={"cache": False, **extra_body})
+        self.deltas, self.finish_reason, self.error, self.job_id = [], None, None, None
         self.start()
 
     def run(self):
         try:
-            for chunk in self.client.completions.create(
-                    model=self.model, prompt=COUNTING["prompt"], max_tokens=COUNTING["max_tokens"],
-                    temperature=0, stream=True, extra_body={"cache": False}):
+            for chunk in self.client.completions.create(**self.request):
                 self.job_id = chunk.id.removeprefix("cmpl-")
                 self.deltas.append(chunk.choices[0].text)
                 self.finish_reason = chunk.choices[0].finish_reason or self.finish_reason
@@ -163,16 +163,21 @@ def test_a_killed_workers_streamed_job_continues_where_it_stopped(stack, model_r
     assert reference["text"] == final["text"] and reference["attempts"] == 1
 
 
+def json_numbers(count):
+    """A response_format asking for exactly `count` numbers: a long answer, to kill mid-way."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["numbers"],
+              "properties": {"numbers": {"type": "array", "minItems": count, "maxItems": count,
+                                         "items": {"type": "integer", "minimum": 0, "maximum": 999}}}}
+    return {"type": "json_schema", "json_schema": {"name": "numbers", "schema": schema}}
+
+
 def test_a_killed_workers_json_answer_continues_as_valid_json(stack):
     """Structured output: the new attempt's grammar is advanced over the tokens generated before
     (HF engine), so the answer continued after the crash still parses and follows the schema."""
     if stack.worker is None or stack.worker.proc.poll() is not None:
         stack.start()
-    schema = {"type": "object", "additionalProperties": False, "required": ["numbers"],
-              "properties": {"numbers": {"type": "array", "minItems": 30, "maxItems": 30,
-                                         "items": {"type": "integer", "minimum": 0, "maximum": 999}}}}
     body = {"prompt": "Thirty numbers as JSON:", "max_tokens": 200, "temperature": 0, "cache": False,
-            "response_format": {"type": "json_schema", "json_schema": {"name": "numbers", "schema": schema}}}
+            "response_format": json_numbers(30)}
     job_id = stack.submit(**body)
     listener = Listener(stack.url, job_id)
     partial = stack.wait_until_generating(job_id)
@@ -186,6 +191,38 @@ def test_a_killed_workers_json_answer_continues_as_valid_json(stack):
     assert_one_seamless_answer(listener.events, final)
     reference = wait_for_job(stack.url, stack.submit(**body), timeout=600)
     assert reference["text"] == final["text"]
+
+
+def test_a_job_that_cannot_be_continued_starts_over_and_an_openai_stream_is_told(stack, model_ref):
+    """OpenVINO's structured output cannot be given the tokens generated before: the job starts
+    over, SSE clients get a `restart` saying why, and an OpenAI stream, which cannot take back
+    what it sent, ends with a `worker_lost` error; its client has left, so its job is cancelled
+    (`cancel_on_disconnect`)."""
+    if stack.worker is not None:
+        stack.worker.kill()
+    first = stack.start(engine="openvino")
+    stream = OpenAIStream(stack.url, model_ref.name, prompt="Eighty numbers as JSON:", max_tokens=500,
+                          response_format=json_numbers(80))  # OpenVINO is quick: a long answer
+    wait_until(lambda: stream.job_id is not None, timeout=300)
+    job_id = stream.job_id
+    listener = Listener(stack.url, job_id)
+    stack.wait_until_generating(job_id)
+    first.kill()
+    stack.start(engine="openvino")
+    final = wait_for_job(stack.url, job_id, timeout=600)
+    assert final["status"] == "cancelled" and final["attempts"] == 2
+    stream.join(60)
+    assert isinstance(stream.error, openai.APIError) and stream.error.body["code"] == "worker_lost"
+    listener.join(60)
+    names = [e.event for e in listener.events]
+    assert names.count("restart") == 1 and names[-1] == "done"
+    restart = listener.events[names.index("restart")].json()
+    assert restart["attempt"] == 2 and "cannot continue structured output" in restart["reason"]
+    after = [e.json() for e in listener.events[names.index("restart") + 1:-1]]
+    assert [c["index"] for c in after] == list(range(len(after)))
+    assert "".join(c["text"] for c in after) == final["text"]
+    stack.worker.kill()  # the next tests start the module's own (HF) worker
+    stack.worker = None
 
 
 def test_a_live_workers_job_is_not_redelivered_however_long_it_holds_it(stack, model_ref):
