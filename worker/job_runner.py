@@ -5,11 +5,11 @@ Called from the Celery task; has no Celery in it, so it can be driven directly i
 Faults: a job redelivered after its worker was lost continues from the tokens in its log (the
 engine gets the prompt and the tokens generated so far, and the chunks carry on their numbering:
 common/continuation.py), or, where it cannot, starts over after a `restart` event; a copy
-delivered while another live worker holds the job waits until
-that one ends or dies; every write is fenced by the attempt number, so an attempt that was given
-up on stops instead of interleaving with its successor; Redis outages up to `redis_retry_s` are
-ridden out (text is buffered and written once Redis answers again); a job running past its
-deadline is aborted and ends with finish reason `timeout`.
+delivered while another live worker holds the job waits until that one ends or dies; every write
+is fenced by the attempt number, so an attempt that was given up on stops instead of
+interleaving with its successor; Redis outages up to `redis_retry_s` are ridden out (text is
+buffered and written once Redis answers again); a job running past its deadline is aborted and
+ends with finish reason `timeout`.
 """
 from __future__ import annotations
 
@@ -380,8 +380,7 @@ class JobRunner:
         """A preempted line goes back to the head of its queue with a spare ticket, so it starts
         over on the next free slot of any worker (its text so far is dropped: the next attempt
         writes its own, after a `restart` event; a preempted line is not continued, as a lost
-        worker's job is). A line that ended or moved on meanwhile is
-        left as it is."""
+        worker's job is). A line that ended or moved on meanwhile is left as it is."""
         if self._retrying(lambda: self.store.requeue(job_id, attempt, self.worker_name)):
             self._send_ticket(None)
             return {"job_id": job_id, "status": "preempted"}
