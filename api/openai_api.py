@@ -119,7 +119,7 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
                     yield from _tool_chunks(surface, record, calls.feed(data["text"]), extra)
                 elif event == "chunk":
                     yield sse_data({**surface.chunk(record, text=data["text"]), **extra})
-                elif event == "restart":  # chunks already sent cannot be taken back
+                elif event == "restart":  # a lost worker's job not continued: sent chunks stay sent
                     yield sse_data(error_body(500, "the worker running this job was lost; "
                                                    "retry the request", "worker_lost"))
                     return
