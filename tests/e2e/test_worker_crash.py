@@ -273,3 +273,45 @@ def test_a_job_that_keeps_killing_workers_is_failed_not_retried_forever(stack):
     # the worker that refused it is fine and serves the next job
     ok = wait_for_job(stack.url, stack.submit(prompt="Hello", max_tokens=4, cache=False), timeout=300)
     assert ok["status"] == "succeeded"
+
+
+class ResponsesStream(threading.Thread):
+    """A streamed background response through the `openai` package, kept open across the crash."""
+
+    def __init__(self, url, model):
+        super().__init__(daemon=True)
+        self.client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+        self.request = dict(model=model, input="Count from 1 to 100, separated by commas.", background=True,
+                            stream=True, max_output_tokens=COUNTING["max_tokens"], temperature=0,
+                            extra_body={"cache": False})
+        self.events, self.error, self.job_id = [], None, None
+        self.start()
+
+    def run(self):
+        try:
+            for event in self.client.responses.create(**self.request):
+                self.job_id = self.job_id or event.response.id.removeprefix("resp_")
+                self.events.append(event)
+        except openai.APIError as exc:
+            self.error = exc
+
+
+def test_a_killed_workers_background_response_streams_on_to_completion(stack, model_ref):
+    """A Responses stream in background mode follows its job across a kill -9 of its worker: its
+    events stay numbered without a gap, none is an error, and its deltas are the stored answer."""
+    first = stack.start()
+    stream = ResponsesStream(stack.url, model_ref.name)
+    wait_until(lambda: stream.job_id is not None, timeout=300)
+    partial = stack.wait_until_generating(stream.job_id)
+    first.kill()
+    stack.start()
+    final = wait_for_job(stack.url, stream.job_id, timeout=600)
+    stream.join(60)
+    assert stream.error is None and final["status"] == "succeeded" and final["attempts"] == 2
+    assert final["text"].startswith(partial["text"])
+    events = stream.events
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    stored = stream.client.responses.retrieve(events[-1].response.id)
+    assert deltas == events[-1].response.output_text == stored.output_text == final["text"]
