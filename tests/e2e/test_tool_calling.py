@@ -79,3 +79,16 @@ def test_an_agents_sdk_runner_calls_its_tool_through_responses(live_api):
                   tool_use_behavior="stop_on_first_tool")
     result = Runner.run_sync(agent, "What is the weather in Paris?", run_config=RunConfig(tracing_disabled=True))
     assert len(seen) == 1 and result.final_output == f"It is sunny in {seen[0]}."
+
+
+def test_a_jobs_api_job_with_tools_shows_its_calls(live_api):
+    import requests
+
+    from tests.support.waiting import wait_for_job
+
+    reply = requests.post(f"{live_api}/v1/jobs", json={"messages": ASK, "tools": [WEATHER], "tool_choice": NAMED,
+                                                       "max_tokens": 40, "temperature": 0}, timeout=30)
+    assert reply.status_code in (200, 202), reply.text
+    job = wait_for_job(live_api, reply.json()["id"])
+    [call] = job["tool_calls"]
+    assert call["function"]["name"] == "get_weather" and call["function"]["arguments"] == job["text"]
