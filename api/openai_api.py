@@ -70,17 +70,17 @@ def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest)
         if body.stream:
             return _stream_response(svc, surface, record, body.include_usage, slot)
     try:
-        record = _wait_for_end(svc, record)
+        record = wait_for_end(svc, record)
     finally:
         slot.release()
     if record["status"] != JobStatus.SUCCEEDED:
-        raise _job_error(record)
+        raise job_error(record)
     response = jsonify(surface.response(record))
     response.headers["X-LLMQ-Job-Id"] = record["id"]
     return response
 
 
-def _wait_for_end(svc: Services, record: dict) -> dict:
+def wait_for_end(svc: Services, record: dict) -> dict:
     """The job's record once it has ended."""
     if JobStatus(record["status"]).terminal:
         return record
@@ -109,12 +109,10 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
     try:
         # the first bytes go out at once, so the client knows its stream is open however long it waits
         yield sse_data({**surface.chunk(record, role=True), **extra}) if surface.chat else ": open\n\n"
-        with contextlib.closing(job_event_stream(svc, record["id"], None)) as events:
-            for _, event, data in events:
-                if event == "heartbeat":
-                    yield ": keep-alive\n\n"
-                elif event == "queued":
-                    yield f": queued {json.dumps(data)}\n\n"
+        with contextlib.closing(log_events(svc, record["id"])) as events:
+            for event, data in events:
+                if event == "comment":
+                    yield data
                 elif event == "chunk" and calls:
                     yield from _tool_chunks(surface, record, calls.feed(data["text"]), extra)
                 elif event == "chunk":
@@ -136,6 +134,19 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
             _cancel_after_disconnect(svc, record["id"])
 
 
+def log_events(svc: Services, job_id: str) -> Iterator[tuple[str, dict | str]]:
+    """The job's log for an OpenAI stream, from its start: (event, data), where a heartbeat or
+    the job's place in line while it waits is ("comment", an SSE comment), which clients skip."""
+    with contextlib.closing(job_event_stream(svc, job_id, None)) as events:
+        for _, event, data in events:
+            if event == "heartbeat":
+                yield "comment", ": keep-alive\n\n"
+            elif event == "queued":
+                yield "comment", f": queued {json.dumps(data)}\n\n"
+            else:
+                yield event, data
+
+
 def _tool_chunks(surface: Surface, record: dict, events: list, extra: dict) -> Iterator[str]:
     """The chunks of a tool-offering job's stream: its text as content, its calls as
     `tool_calls` deltas (common/tool_parser.py)."""
@@ -152,7 +163,7 @@ def _stream_end(surface: Surface, record: dict, done: dict, include_usage: bool,
         if include_usage:
             yield sse_data(surface.usage_chunk(record, done["usage"]))
     else:
-        error = _job_error({**record, **done})
+        error = job_error({**record, **done})
         yield sse_data(error_body(error.status, error.message, error.type))
     yield sse_data("[DONE]")
 
@@ -165,7 +176,7 @@ def _cancel_after_disconnect(svc: Services, job_id: str) -> None:
         log.warning("job %s: could not cancel after the client left: %s", job_id, exc)
 
 
-def _job_error(record: dict) -> ApiError:
+def job_error(record: dict) -> ApiError:
     """Why a job has no answer, as an error of this surface."""
     status, error = record.get("status"), record.get("error") or {}
     if status == JobStatus.CANCELLED:

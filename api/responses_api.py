@@ -18,7 +18,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from api.auth import current_key, may_access
 from api.jobs import json_body
-from api.openai_api import _job_error, _wait_for_end, openai_error
+from api.openai_api import job_error, wait_for_end, log_events, openai_error
 from api.responses_stream import ResponseStream, job_id_of, response_object
 from api.services import Services, services
 from api.sse import job_event_stream, streaming_response
@@ -50,11 +50,11 @@ def create_response():
         if body.stream:
             return _event_response(svc, record, -1, slot, cancel_on_leave=not body.background)
     try:
-        record = _wait_for_end(svc, record)
+        record = wait_for_end(svc, record)
     finally:
         slot.release()
     if record["status"] in (JobStatus.FAILED, JobStatus.EXPIRED):
-        raise _job_error(record)
+        raise job_error(record)
     return _json(response_object(record))
 
 
@@ -186,12 +186,10 @@ def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: b
     try:
         yield from send(stream.opening())
         yield ": open\n\n"  # the first bytes go out at once, even on a resume past everything so far
-        with contextlib.closing(job_event_stream(svc, record["id"], None)) as log:
-            for _, event, data in log:
-                if event == "heartbeat":
-                    yield ": keep-alive\n\n"
-                elif event == "queued":
-                    yield f": queued {json.dumps(data)}\n\n"
+        with contextlib.closing(log_events(svc, record["id"])) as log:
+            for event, data in log:
+                if event == "comment":
+                    yield data
                 elif event == "chunk":
                     yield from send(stream.on_chunk(data["text"]))
                 elif event == "restart":  # numbered events already sent cannot be taken back

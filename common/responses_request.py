@@ -16,6 +16,7 @@ from typing_extensions import Annotated
 
 from common.errors import ApiError
 from common.schemas import JobRequest
+from common.tools import FunctionSpec
 
 # parameter -> the values that mean "not used"; anything else is refused
 UNSUPPORTED: dict[str, tuple] = {
@@ -76,14 +77,10 @@ InputItem = Annotated[Annotated[MessageItem, Tag("message")] | Annotated[Functio
 _ITEMS = TypeAdapter(list[InputItem])
 
 
-class FunctionTool(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+class FunctionTool(FunctionSpec):
+    """A function tool as the Responses API takes it: flat, `{"type": "function", "name", ...}`."""
 
     type: Literal["function"]
-    name: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_.\-]+$")
-    description: str | None = None
-    parameters: dict | None = None
-    strict: bool | None = None
 
 
 class FunctionChoice(BaseModel):
