@@ -44,11 +44,15 @@ class Settings(BaseSettings):
         "auto", description="auto: vllm on a CUDA machine where vllm is installed, else openvino "
                             "where openvino-genai is installed, else hf (the reference engine, "
                             "and the fallback when OpenVINO cannot read or export the model)")
-    weights: Literal["int8", "int4", "bf16", "gguf"] = Field(
-        "int8", description="weights the OpenVINO engine computes with: a model exported once to "
+    weights: Literal["auto", "int8", "int4", "bf16", "gguf"] = Field(
+        "auto", description="weights the OpenVINO engine computes with: a model exported once to "
                             "OpenVINO IR in int8, int4 (groups of 64) or bf16; or 'gguf': a GGUF "
                             "model's own file as OpenVINO reads it (no export, but it drifts from "
-                            "the model's float weights as far as int4 does: docs/engines.md)")
+                            "the model's float weights as far as int4 does: docs/engines.md); auto: "
+                            "what `python -m worker.tune` measured fastest here, else int8")
+    tuning_dir: Path | None = Field(None, description="where `python -m worker.tune` records the engine and "
+                                                  "weights it measured fastest per model; default: "
+                                                  "LLMQ_MODEL_CACHE_DIR/tuning")
     openvino_export_python: Path | None = Field(
         None, description="Python of the environment that holds optimum-intel, which exports "
                           "models to OpenVINO IR; default: .venv-export beside the running "

@@ -1,4 +1,5 @@
-"""`llmq batch run|status|cancel|list` and `llmq submit`, against llmq's OpenAI-compatible API.
+"""`llmq batch run|status|cancel|list` and `llmq submit`, against llmq's OpenAI-compatible API;
+`llmq tune`, on a worker host, measures which engine serves a model fastest there.
 
 Exit codes: 0 done (every line of a batch succeeded); 1 the batch ended with failed lines, or as
 failed / expired / cancelled; 2 bad usage or a bad input file; 3 the API is unreachable or
@@ -220,6 +221,17 @@ def submit(api: Api, prompt: str, max_tokens: int, temperature: float, model: st
         for choice in chunk.get("choices", []):
             click.echo(choice.get("delta", {}).get("content") or "", nl=False)
     click.echo()
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "help_option_names": []})
+@click.argument("args", nargs=-1, type=click.UNPROCESSED)
+def tune(args):
+    """Measure the engines and weights for a model on this host (a worker host: `python -m
+    worker.tune`, whose options these are; --help lists them); workers with LLMQ_ENGINE /
+    LLMQ_WEIGHTS `auto` serve with the winner."""
+    import subprocess
+
+    sys.exit(subprocess.call([sys.executable, "-m", "worker.tune", *args]))
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ from common.models import ModelRef
 from common.settings import Settings
 from common.stores import Stores
 from worker.engine.loop import EngineLoop
-from worker.engine.registry import build_engine, choose_engine
+from worker.engine.registry import build_engine
+from worker.tuning import resolve as resolve_engine
 from worker.free_slots import FreeSlots
 from worker.job_runner import JobRunner
 from worker.metrics import WorkerMetrics
@@ -64,12 +65,13 @@ class WorkerRuntime:
               name: str | None = None) -> "WorkerRuntime":
         """Prepare (download, convert or export, once) and load the catalog model `entry`."""
         settings = entry.settings(settings)
-        settings = settings.model_copy(update={"engine": choose_engine(settings.engine)})
         model = entry.resolve(settings, prepare=True)
-        log.info("loading model %s from %s (%s), engine=%s", model.name, model.path, model.source,
-                 settings.engine)
+        settings, choice = resolve_engine(settings, model.name)  # measured where `python -m worker.tune` ran
+        log.info("loading model %s from %s (%s), engine=%s, weights=%s: %s", model.name, model.path, model.source,
+                 settings.engine, settings.weights, choice["why"])
         engine, info = build_engine(settings, model)
-        return cls(settings, model, EngineLoop(engine), info["engine"], info, stores, name)
+        return cls(settings, model, EngineLoop(engine), info["engine"], {**info, "engine_choice": choice},
+                   stores, name)
 
     @property
     def queue(self) -> str:

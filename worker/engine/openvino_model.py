@@ -27,6 +27,7 @@ from common.no_telemetry import decline_openvino_telemetry
 from worker.engine.protocol import EngineUnavailable
 
 log = logging.getLogger(__name__)
+DEFAULT_WEIGHTS = "int8"  # the measured-quality default (module docstring) where nothing was tuned
 
 # optimum-cli's arguments per weight format. int4: every layer at 4 bits in groups of 64 (the
 # format measured in docs/engines.md); bf16: 16-bit float weights, computed in bf16 where the CPU
@@ -50,7 +51,10 @@ def build(settings, model: ModelRef):
 
 
 def open_engine(model: ModelRef, settings):
-    """The OpenVINO engine on what `choose_source` picks (a GGUF file it cannot read: its export)."""
+    """The OpenVINO engine on what `choose_source` picks (a GGUF file it cannot read: its export).
+    Weights still `auto` here (an engine built outside a worker, which resolves them with
+    worker/tuning.py) are the measured-quality default."""
+    settings = _concrete_weights(settings)
     try:
         from worker.engine.openvino_engine import OpenVINOEngine
         import openvino_genai  # noqa: F401
@@ -71,9 +75,14 @@ def open_engine(model: ModelRef, settings):
         raise OpenVINOUnavailable(f"OpenVINO cannot load {ir}: {exc}") from exc
 
 
+def _concrete_weights(settings):
+    return settings.model_copy(update={"weights": DEFAULT_WEIGHTS}) if settings.weights == "auto" else settings
+
+
 def choose_source(model: ModelRef, settings) -> tuple[Path, str]:
     """What to serve and its weight format: the model's IR at `settings.weights` (exported now if
     need be), or its GGUF file when asked for (`gguf`) or when there is no exporter."""
+    settings = _concrete_weights(settings)
     if model.gguf is not None and (settings.weights == "gguf" or not can_export(model, settings)):
         return model.gguf, gguf_weights(model.gguf)
     if settings.weights == "gguf":

@@ -1,0 +1,76 @@
+"""The engine and weights a worker serves with when they are `auto`: what `python -m worker.tune`
+measured on this host for this model and batch size, else the defaults; and the measurement
+itself, end to end, with a worker that then serves with its winner."""
+import json
+import subprocess
+import sys
+
+import pytest
+import requests
+
+from api import create_app
+from tests.support import ROOT
+from tests.support.servers import LiveServer
+from tests.support.settings import cleanup_namespace, make_settings, settings_env
+from tests.support.waiting import wait_until
+from worker.engine.registry import choose_engine
+from worker.tuning import Candidate, host_signature, read_record, resolve, write_record
+
+MODEL = "SmolLM2-135M-Instruct"
+
+
+@pytest.fixture
+def tuned(tmp_path):
+    return make_settings(tuning_dir=tmp_path, engine="auto", weights="auto", max_batch_size=4)
+
+
+def test_without_a_measurement_auto_is_the_default(tuned):
+    settings, choice = resolve(tuned, MODEL)
+    assert (settings.engine, settings.weights) == (choose_engine("auto"), "int8")
+    assert choice["by"] == "settings" and "worker.tune" in choice["why"]
+
+
+def test_a_measurement_on_this_host_decides_auto(tuned):
+    write_record(tuned, MODEL, 4, {"openvino:int8": 100.0, "openvino:bf16": 150.0}, Candidate("openvino", "bf16"))
+    settings, choice = resolve(tuned, MODEL)
+    assert (settings.engine, settings.weights, choice["by"]) == ("openvino", "bf16", "tuning")
+    assert "openvino:bf16 150.0" in choice["why"]
+    # what is asked for explicitly stays: the engine, and the weights
+    assert resolve(tuned.model_copy(update={"weights": "int4"}), MODEL)[0].weights == "int4"
+    hf = resolve(tuned.model_copy(update={"engine": "hf"}), MODEL)
+    assert hf[0].engine == "hf" and hf[0].weights == "int8" and hf[1]["by"] == "settings"
+
+
+@pytest.mark.parametrize("change", [{"host": "another CPU"}, {"clients": 16}])
+def test_a_measurement_from_another_host_or_batch_size_is_not_used(tuned, change):
+    path = write_record(tuned, MODEL, 4, {"vllm": 300.0}, Candidate("vllm", "-"))
+    path.write_text(json.dumps({**json.loads(path.read_text()), **change}))
+    assert read_record(tuned, MODEL) is None
+    assert resolve(tuned, MODEL)[1]["by"] == "settings"
+    assert host_signature()  # names this CPU
+
+
+@pytest.mark.slow
+def test_tune_measures_and_a_worker_serves_with_the_winner(tmp_path, start_worker, model_ref):
+    settings = make_settings(tuning_dir=tmp_path, engine="auto", weights="auto", max_batch_size=2)
+    out = subprocess.run([sys.executable, "-m", "worker.tune", "--seconds", "2", "--max-tokens", "16",
+                          "--candidates", "hf,openvino:int8"], cwd=ROOT, env=settings_env(settings),
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    record = read_record(settings, model_ref.name)
+    assert set(record["tokens_per_s"]) == {"hf", "openvino:int8"} and all(record["tokens_per_s"].values())
+    winner = Candidate(**record["winner"])
+    assert record["tokens_per_s"][winner.label] == max(record["tokens_per_s"].values())
+    start_worker(settings)
+    server = LiveServer(create_app(settings))
+    try:
+        def detail():
+            workers = requests.get(f"{server.url}/health", timeout=10).json()["workers_detail"]
+            return workers[0] if workers else None
+        wait_until(detail, timeout=60)
+        worker = detail()
+        assert worker["engine"] == winner.engine and worker["engine_choice"]["by"] == "tuning"
+        assert "worker.tune" in worker["engine_choice"]["why"]
+    finally:
+        server.stop()
+        cleanup_namespace(settings)
