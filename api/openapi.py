@@ -16,6 +16,7 @@ from pydantic.json_schema import SkipJsonSchema, models_json_schema
 from api import openapi_openai
 from api.openapi_models import Usage
 from api.services import services
+from common.logprobs import TOP_NEEDS_LOGPROBS
 from common.schemas import FinishReason, JobRequest, JobStatus
 from common.settings import Settings
 
@@ -55,6 +56,7 @@ def _job_request_schema(settings: Settings) -> dict[str, dict]:
         {"properties": {"webhook_events": {"type": "null"}}},
         {"required": ["webhook"], "properties": {"webhook": {"type": "string"}}},
     ]
+    schema["allOf"] = [TOP_NEEDS_LOGPROBS]
     return {**defs, "JobRequest": schema}
 
 

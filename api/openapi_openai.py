@@ -15,6 +15,7 @@ from pydantic.json_schema import models_json_schema
 from api.batches_api import BatchCreate
 from api.openapi_models import RESPONSES
 from common.batch_lines import ENDPOINTS
+from common.logprobs import TOP_NEEDS_LOGPROBS
 from common.openai_schemas import SAMPLING_FIELDS, UNSUPPORTED, ChatCompletionRequest, CompletionRequest
 
 _REF = "#/components/schemas/{model}"
@@ -74,6 +75,7 @@ def components(job_request: dict) -> dict[str, dict]:
     chat, chat_defs = _openai_request(ChatCompletionRequest, job_request)
     completion, completion_defs = _openai_request(CompletionRequest, job_request)
     chat_defs["ChatMessage"]["properties"]["content"] = _text_parts(1)
+    chat["allOf"] = [TOP_NEEDS_LOGPROBS]
     completion["properties"]["prompt"] = {"anyOf": [
         {"type": "string", "minLength": 1},
         {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 1}]}

@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import redis
@@ -66,6 +66,9 @@ class _Progress:
     aborted: bool = False  # the engine was told to stop this request
     buffering: bool = False  # Redis was unavailable at the last write
     unconfirmed: str | None = None  # text of a write whose reply was lost: it may have landed
+    logprobs: list | None = None  # entries written (common/logprobs.py); None: not asked for
+    pending_logprobs: list = field(default_factory=list)  # generated, not yet written
+    unconfirmed_logprobs: int = 0  # entries in the write whose reply was lost
 
 
 def engine_sampling(sampling: dict) -> Sampling:
@@ -279,7 +282,8 @@ class JobRunner:
         request = record["request"]
         stream = self.loop.submit(EngineRequest(job_id, request["prompt_token_ids"],
                                                 engine_sampling(request["sampling"])))
-        progress = _Progress(prompt_tokens=len(request["prompt_token_ids"]))
+        progress = _Progress(prompt_tokens=len(request["prompt_token_ids"]),
+                             logprobs=[] if request["sampling"].get("logprobs") else None)
         run_timeout = record.get("run_timeout_s") or self.settings.run_timeout_s
         deadline = time.monotonic() + run_timeout if run_timeout else None
         hold_until = 0.0  # the first text goes out at once; later text gathers for the interval
@@ -325,13 +329,14 @@ class JobRunner:
         result = self._end(job_id, attempt, status, finish_reason=reason, text=progress.text,
                            prompt_tokens=progress.prompt_tokens,
                            completion_tokens=progress.completion_tokens,
-                           batch_size_max=progress.batch_size_max, error=error)
+                           batch_size_max=progress.batch_size_max, error=error, logprobs=progress.logprobs)
         cache_key = record.get("cache_key")
         if self.cache is not None and status is JobStatus.SUCCEEDED and cache_key \
                 and result["status"] == status.value:
             self.cache.put(cache_key, {
                 "text": progress.text, "finish_reason": out.finish_reason,
                 "prompt_tokens": progress.prompt_tokens, "completion_tokens": progress.completion_tokens,
+                **({"logprobs": progress.logprobs} if progress.logprobs is not None else {}),
             })
         return result
 
@@ -361,6 +366,8 @@ class JobRunner:
         gather in the stream, so that one write relays them all (see `stream_interval_ms`)."""
         for output in stream.take(wait_s, hold_until):
             progress.pending += output.text
+            if output.logprobs:
+                progress.pending_logprobs += output.logprobs
             progress.completion_tokens = output.completion_tokens
             progress.batch_size_max = max(progress.batch_size_max, output.batch_size)
             if progress.first_token_at is None and output.new_token_ids:
@@ -377,11 +384,15 @@ class JobRunner:
         try:
             if progress.unconfirmed is not None:
                 self._settle_unconfirmed(job_id, progress)
-            if not progress.pending:
+            if not progress.pending and not progress.pending_logprobs:
                 return False
             delta = progress.unconfirmed = progress.pending
+            chunk = {"index": progress.chunks, "text": delta}
+            if progress.logprobs is not None:
+                chunk["logprobs"] = progress.pending_logprobs[:]
+            progress.unconfirmed_logprobs = len(progress.pending_logprobs)
             written = self.log.append_chunk(
-                job_id, attempt, {"index": progress.chunks, "text": delta}, text=progress.text + delta,
+                job_id, attempt, chunk, text=progress.text + delta,
                 completion_tokens=progress.completion_tokens, batch_size_max=progress.batch_size_max)
         except redis.RedisError as exc:
             if raise_errors:
@@ -415,6 +426,10 @@ class JobRunner:
         progress.text += delta
         progress.pending = progress.pending[len(delta):]
         progress.chunks += 1
+        written, progress.pending_logprobs = (progress.pending_logprobs[:progress.unconfirmed_logprobs],
+                                              progress.pending_logprobs[progress.unconfirmed_logprobs:])
+        if progress.logprobs is not None:
+            progress.logprobs += written
 
     def _end(self, job_id: str, attempt: int | None, status: JobStatus, **fields) -> dict:
         """Terminal record first, then the `done` event, so a client that sees `done` and reads
