@@ -49,8 +49,7 @@ def complete_choices(surface: Surface, body) -> Response:
         records = _submit_all(svc, req, body.choices)
         if body.stream:
             return streaming_response(_chunks(svc, surface, records, body.include_usage), slot,
-                                      {"Connection": "keep-alive", "X-LLMQ-Job-Id": records[0]["id"],
-                                       "X-LLMQ-Job-Ids": ",".join(r["id"] for r in records)})
+                                      {"Connection": "keep-alive", **_job_headers(records)})
     try:
         records = [_wait_for_end(svc, record) for record in records]
     finally:
@@ -60,8 +59,13 @@ def complete_choices(surface: Surface, body) -> Response:
         _cancel_all(svc, records)
         raise _job_error(failed)
     response = jsonify(merged_response(surface, records))
-    response.headers["X-LLMQ-Job-Id"] = records[0]["id"]
+    response.headers.update(_job_headers(records))
     return response
+
+
+def _job_headers(records: list[dict]) -> dict:
+    """The first choice's job (as on a single-job answer) and every choice's, in order."""
+    return {"X-LLMQ-Job-Id": records[0]["id"], "X-LLMQ-Job-Ids": ",".join(r["id"] for r in records)}
 
 
 def _submit_all(svc: Services, req: JobRequest, n: int) -> list[dict]:
