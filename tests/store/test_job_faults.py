@@ -174,6 +174,32 @@ def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, sett
     assert_whole_answer(store, job, "every word exactly once")
 
 
+def test_logprobs_go_with_their_text_through_lost_replies_and_failed_writes(store, settings, monkeypatch):
+    """Each token's logprobs entry is logged once, in the chunk that carries its text, however
+    the writes fail; the record keeps them all."""
+    job = queue_job(store, top_logprobs=2)
+    real_append, faults = store.log.append_chunk, ["lose", "fail", "lose", "fail"]
+
+    def faulty_append(*args, **kwargs):
+        fault = faults.pop(0) if faults else None
+        if fault == "fail":
+            raise redis.ConnectionError("Redis is restarting")
+        result = real_append(*args, **kwargs)
+        if fault == "lose":
+            raise redis.ConnectionError("Connection closed by server")
+        return result
+
+    monkeypatch.setattr(store.log, "append_chunk", faulty_append)
+    job_runner, _ = make_runner(store, settings, {job: "each token once"}, delay=0.01)
+    job_runner.run(job)
+    assert_whole_answer(store, job, "each token once")
+    entries = store.get(job)["logprobs"]
+    assert "".join(e["token"] for e in entries) == "each token once"
+    assert all(len(e["top_logprobs"]) == 2 and e["logprob"] <= 0 for e in entries)
+    chunks = [d for e, d in events_of(store, job) if e == "chunk"]
+    assert all("".join(e["token"] for e in c["logprobs"]) == c["text"] for c in chunks)
+
+
 def test_text_is_relayed_once_per_stream_interval_and_the_first_token_at_once(store, settings):
     """60 decode steps of 10 ms: with a 200 ms interval their text reaches the log in a handful of
     chunks, the first token alone; with no interval every step is a chunk of its own."""
