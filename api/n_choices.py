@@ -24,7 +24,7 @@ from api.openai_api import _cancel_after_disconnect, _job_error, _wait_for_end
 from api.services import Services, services
 from api.sse import job_event_stream, streaming_response
 from api.submit import submit_job
-from common.logprobs import CompletionLogprobs, chat_logprobs
+from common.logprobs import CompletionLogprobs, chat_logprobs, choice_logprobs
 from common.openai_format import Surface, error_body, sse_data
 from common.schemas import JobRequest, JobStatus
 
@@ -96,7 +96,7 @@ def merged_response(surface: Surface, records: list[dict]) -> dict:
     response["choices"] = []
     for index, record in enumerate(records):
         choice = surface.response(record)["choices"][0]
-        choice.update(index=index, logprobs=shape_logprobs(surface, record.get("logprobs"), CompletionLogprobs()))
+        choice.update(index=index, logprobs=choice_logprobs(surface.chat, record.get("logprobs")))
         response["choices"].append(choice)
     completion = sum(r.get("completion_tokens", 0) for r in records)
     prompt = records[0].get("prompt_tokens", 0)

@@ -49,6 +49,11 @@ def chat_logprobs(entries: list[dict] | None) -> dict | None:
     return None if entries is None else {"content": entries, "refusal": None}
 
 
+def choice_logprobs(chat: bool, entries: list[dict] | None) -> dict | None:
+    """A whole answer's `choices[].logprobs` (None: not asked for)."""
+    return chat_logprobs(entries) if chat else CompletionLogprobs().shape(entries)
+
+
 class CompletionLogprobs:
     """`choices[].logprobs` of a (legacy) completion: parallel lists, `text_offset` counting
     characters from the start of the completion across every chunk of a stream."""

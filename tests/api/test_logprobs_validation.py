@@ -84,3 +84,20 @@ def test_an_engine_named_in_the_settings_is_checked_before_any_worker_is_up(mode
         error = openai_error(client.post("/v1/chat/completions", json={
             "model": MODEL, "messages": CHAT, "logprobs": True, "top_logprobs": 5}))
         assert error["param"] == "top_logprobs" and "openvino" in error["message"]
+
+
+def test_a_batch_lines_result_carries_its_logprobs_in_the_endpoints_shape():
+    from common.batch_lines import result_of
+    from common.openai_format import Surface
+
+    entries = [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105], "top_logprobs": [
+        {"token": "Hi", "logprob": -0.5, "bytes": [72, 105]}]},
+        {"token": "!", "logprob": -1.0, "bytes": [33], "top_logprobs": [{"token": "!", "logprob": -1.0, "bytes": [33]}]}]
+    record = {"id": "j1", "status": "succeeded", "text": "Hi!", "finish_reason": "stop", "created_at": 1.0,
+              "model": MODEL, "prompt_tokens": 3, "completion_tokens": 2, "logprobs": entries}
+    _, line = result_of(Surface(chat=False), "c1", record, None)
+    assert line["response"]["body"]["choices"][0]["logprobs"] == {
+        "tokens": ["Hi", "!"], "token_logprobs": [-0.5, -1.0], "top_logprobs": [{"Hi": -0.5}, {"!": -1.0}],
+        "text_offset": [0, 2]}
+    _, line = result_of(Surface(chat=True), "c1", record, None)
+    assert line["response"]["body"]["choices"][0]["logprobs"] == {"content": entries, "refusal": None}
