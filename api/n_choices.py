@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 from collections.abc import Iterator
 
+import redis
 from flask import Response, jsonify
 
 from api.auth import current_key
@@ -27,6 +29,8 @@ from api.submit import submit_job
 from common.logprobs import CompletionLogprobs, chat_logprobs, choice_logprobs
 from common.openai_format import Surface, error_body, sse_data
 from common.schemas import JobRequest, JobStatus
+
+log = logging.getLogger(__name__)
 
 
 def wants_choices(body) -> bool:
@@ -81,9 +85,12 @@ def _submit_all(svc: Services, req: JobRequest, n: int) -> list[dict]:
 
 
 def _cancel_all(svc: Services, records: list[dict]) -> None:
+    """The siblings of a choice that failed or was refused: nobody will read their answers."""
     for record in records:
-        if not JobStatus(record["status"]).terminal:
-            _cancel_after_disconnect(svc, record["id"])
+        try:
+            svc.store.cancel(record["id"])  # an ended one stays as it is
+        except redis.RedisError as exc:
+            log.warning("job %s: could not cancel it with its sibling: %s", record["id"], exc)
 
 
 def shape_logprobs(surface: Surface, entries: list[dict] | None, offsets: CompletionLogprobs) -> dict | None:

@@ -101,3 +101,15 @@ def test_a_batch_lines_result_carries_its_logprobs_in_the_endpoints_shape():
         "text_offset": [0, 2]}
     _, line = result_of(Surface(chat=True), "c1", record, None)
     assert line["response"]["body"]["choices"][0]["logprobs"] == {"content": entries, "refusal": None}
+
+
+def test_when_a_choice_is_refused_the_choices_admitted_before_it_are_cancelled(model_ref):
+    from api import create_app
+
+    with fresh_namespace(max_queue=2) as settings:
+        app = create_app(settings)
+        resp = app.test_client().post("/v1/chat/completions", json={
+            "model": MODEL, "messages": CHAT, "n": 3, "temperature": 1.0})
+        assert openai_error(resp, 429)["code"] == "queue_full"
+        svc = app.extensions["llmq"]
+        assert svc.store.queue_depth() == 0  # the two admitted siblings left the queue
