@@ -100,6 +100,8 @@ _JOB = {
         "estimated_start": {"type": "number", "description": "while queued: epoch seconds"},
         "estimated_finish": {"type": "number", "description": "while queued: epoch seconds"},
         "links": {"type": "object", "additionalProperties": {"type": "string"}},
+        "logprobs": {"type": "array", "items": {"type": "object"}, "description": "only for a job that "
+                     "asked for logprobs, once it has ended: {token, logprob, bytes, top_logprobs} per token"},
         "webhook": {"type": "object", "description": "only for a job that named a webhook",
                     "required": ["url", "events", "state", "attempts", "deliveries"], "properties": {
                         "url": {"type": "string"},
@@ -118,6 +120,9 @@ class JobEventChunk(BaseModel):
     """`chunk`: the text generated since the previous chunk."""
     index: int = Field(ge=0, description="counts from 0 in each attempt (see `restart`)")
     text: str
+    logprobs: list[dict] | SkipJsonSchema[None] = Field(
+        None, description="only when the job asked for logprobs: {token, logprob, bytes, top_logprobs} "
+                          "per token of this chunk", json_schema_extra=lambda schema: schema.pop("default"))
 
 
 class JobEventQueued(BaseModel):
