@@ -5,6 +5,9 @@
 
 FROM python:3.11-slim AS cpu
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 HF_HOME=/models/hf LLMQ_MODEL_CACHE_DIR=/models
+# Nothing phones home: every library's usage reporting off (common/no_telemetry.py, which llmq
+# also applies itself; OpenVINO's tools are declined in their consent file when the exporter runs)
+ENV VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1 DO_NOT_TRACK=1 HF_HUB_DISABLE_TELEMETRY=1 RAY_USAGE_STATS_ENABLED=0
 WORKDIR /app
 # The CPU build of torch first: a bare `pip install torch` pulls the CUDA libraries.
 ARG TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu
@@ -25,6 +28,9 @@ CMD ["gunicorn", "-c", "ops/gunicorn.conf.py", "-w", "2", "-b", "0.0.0.0:8000", 
 
 FROM vllm/vllm-openai:latest AS gpu
 ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 HF_HOME=/models/hf LLMQ_MODEL_CACHE_DIR=/models LLMQ_ENGINE=vllm
+# Nothing phones home: every library's usage reporting off (common/no_telemetry.py, which llmq
+# also applies itself; OpenVINO's tools are declined in their consent file when the exporter runs)
+ENV VLLM_NO_USAGE_STATS=1 VLLM_DO_NOT_TRACK=1 DO_NOT_TRACK=1 HF_HUB_DISABLE_TELEMETRY=1 RAY_USAGE_STATS_ENABLED=0
 WORKDIR /app
 COPY pyproject.toml README.md ./
 COPY api ./api

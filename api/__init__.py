@@ -34,8 +34,9 @@ def create_app(settings: Settings | None = None) -> Flask:
     app.register_blueprint(openapi.bp)
     app.register_blueprint(openai_api.bp)
 
-    from api import batches_api, files_api  # OpenAI's Files and Batch APIs
+    from api import batches_api, files_api, responses_api  # OpenAI's Files, Batch and Responses APIs
 
     app.register_blueprint(files_api.bp)
     app.register_blueprint(batches_api.bp)
+    app.register_blueprint(responses_api.bp)
     return app

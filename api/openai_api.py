@@ -22,7 +22,9 @@ from api.auth import current_key
 from common.errors import ApiError, describe_validation
 from api.jobs import json_body
 from common.demand import model_state
-from common.openai_format import Surface, error_body, sse_data
+from common.openai_format import (Surface, error_body, sse_data, tool_call_delta, tool_calling,
+                                  tool_calls_reason)
+from common.tool_parser import TextPiece, ToolCallStream
 from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
 from api.sse import job_event_stream, streaming_response
@@ -105,6 +107,8 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
     the end (the client disconnected: Flask closes this generator) cancels the job when
     `cancel_on_disconnect` is set."""
     extra = {"usage": None} if include_usage else {}
+    calling = tool_calling(record) if surface.chat else None
+    calls = ToolCallStream(record["id"], calling) if calling else None
     finished = False
     try:
         # the first bytes go out at once, so the client knows its stream is open however long it waits
@@ -115,19 +119,35 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
                     yield ": keep-alive\n\n"
                 elif event == "queued":
                     yield f": queued {json.dumps(data)}\n\n"
+                elif event == "chunk" and calls:
+                    yield from _tool_chunks(surface, record, calls.feed(data["text"]), extra)
                 elif event == "chunk":
                     yield sse_data({**surface.chunk(record, text=data["text"]), **extra})
-                elif event == "restart":  # chunks already sent cannot be taken back
+                elif event == "restart":  # a lost worker's job not continued: sent chunks stay sent
                     yield sse_data(error_body(500, "the worker running this job was lost; "
                                                    "retry the request", "worker_lost"))
                     return
                 elif event == "done":
                     finished = True
+                    if calls:
+                        yield from _tool_chunks(surface, record, calls.finish(), extra)
+                        data = {**data, "finish_reason": tool_calls_reason(data["finish_reason"])
+                                if calls.calls else data["finish_reason"]}
                     yield from _stream_end(surface, record, data, include_usage, extra)
                     return
     finally:
         if not finished and svc.settings.cancel_on_disconnect:
             _cancel_after_disconnect(svc, record["id"])
+
+
+def _tool_chunks(surface: Surface, record: dict, events: list, extra: dict) -> Iterator[str]:
+    """The chunks of a tool-offering job's stream: its text as content, its calls as
+    `tool_calls` deltas (common/tool_parser.py)."""
+    for event in events:
+        if isinstance(event, TextPiece):
+            yield sse_data({**surface.chunk(record, text=event.text), **extra})
+        elif (delta := tool_call_delta(event)) is not None:
+            yield sse_data({**surface.chunk(record, tool_call=delta), **extra})
 
 
 def _stream_end(surface: Surface, record: dict, done: dict, include_usage: bool, extra: dict):

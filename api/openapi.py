@@ -118,7 +118,9 @@ _JOB = {
 
 class JobEventChunk(BaseModel):
     """`chunk`: the text generated since the previous chunk."""
-    index: int = Field(ge=0, description="counts from 0 in each attempt (see `restart`)")
+    index: int = Field(ge=0, description="counts from 0; goes on across a worker's loss when the job "
+                       "is continued, and from 0 again after a `restart`; a chunk whose index you "
+                       "already have replaces it and what followed it (after a Redis failover)")
     text: str
     logprobs: list[dict] | SkipJsonSchema[None] = Field(
         None, description="only when the job asked for logprobs: {token, logprob, bytes, top_logprobs} "
@@ -138,8 +140,9 @@ class JobEventQueued(BaseModel):
 
 
 class JobEventRestart(BaseModel):
-    """`restart`: the worker running the job was lost and another starts it over; drop the text
-    received so far (the chunks that follow count from index 0 again)."""
+    """`restart`: the worker running the job was lost and its answer could not be continued, so
+    another starts it over; drop the text received so far (the chunks that follow count from
+    index 0 again)."""
     attempt: int
     reason: str
 

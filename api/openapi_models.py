@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from common.schemas import FinishReason
 
@@ -41,17 +41,33 @@ class TextLogprobs(BaseModel):
     text_offset: list[int]
 
 
+class CalledFunction(BaseModel):
+    name: str
+    arguments: str
+
+
+class ToolCall(BaseModel):
+    id: str
+    type: Literal["function"]
+    function: CalledFunction
+
+
 class AssistantMessage(BaseModel):
     role: Literal["assistant"]
-    content: str
+    content: str | None = Field(description="null when the answer is only tool calls")
     refusal: None
+    tool_calls: list[ToolCall] | None = None
+
+
+# a generation that ended by itself after making tool calls ended to have them run
+ChatFinishReason = FinishReason | Literal["tool_calls"]
 
 
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
     logprobs: ChatLogprobs | None
-    finish_reason: FinishReason | None
+    finish_reason: ChatFinishReason | None
 
 
 class ChatCompletion(BaseModel):
@@ -79,16 +95,31 @@ class TextCompletion(BaseModel):
     usage: Usage
 
 
+class FunctionDelta(BaseModel):
+    name: str | None = None
+    arguments: str
+
+
+class ToolCallDelta(BaseModel):
+    """A piece of a streamed tool call: the first names it (id, type, name), the next carry
+    pieces of its arguments, which join to a JSON text."""
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: FunctionDelta
+
+
 class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    tool_calls: list[ToolCallDelta] | None = None
 
 
 class ChunkChoice(BaseModel):
     index: int
     delta: ChunkDelta
     logprobs: ChatLogprobs | None
-    finish_reason: FinishReason | None
+    finish_reason: ChatFinishReason | None
 
 
 class ChatCompletionChunk(BaseModel):

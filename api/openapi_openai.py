@@ -16,7 +16,11 @@ from api.batches_api import BatchCreate
 from api.openapi_models import RESPONSES
 from common.batch_lines import ENDPOINTS
 from common.logprobs import TOP_NEEDS_LOGPROBS
-from common.openai_schemas import SAMPLING_FIELDS, UNSUPPORTED, ChatCompletionRequest, CompletionRequest
+from common.responses_models import MODELS as RESPONSE_MODELS
+from common.responses_request import UNSUPPORTED as RESPONSE_UNSUPPORTED
+from common.responses_request import ResponseCreate
+from common.openai_schemas import (SAMPLING_FIELDS, TOOL_FIELDS, UNSUPPORTED, ChatCompletionRequest,
+                                   CompletionRequest)
 
 _REF = "#/components/schemas/{model}"
 
@@ -34,7 +38,7 @@ def _openai_request(model: type[BaseModel], job_request: dict) -> tuple[dict, di
     """(the request's schema, the schemas it refers to)."""
     schema = model.model_json_schema(ref_template=_REF)
     defs, props = schema.pop("$defs", {}), schema["properties"]
-    for name in (*SAMPLING_FIELDS, "max_tokens", "max_completion_tokens"):
+    for name in (*SAMPLING_FIELDS, *TOOL_FIELDS, "max_tokens", "max_completion_tokens"):
         if name in props:  # these become the job's: JobRequest's limits apply
             props[name] = _or_null(job_request["properties"]["max_tokens" if name.startswith("max_")
                                                               else name])
@@ -56,6 +60,28 @@ def _text_parts(min_length: int) -> dict:
                       {"type": "array", "items": part, "minItems": 1, "description": "text parts only"}]}
 
 
+def _chat_message(schema: dict) -> dict:
+    """Which fields each role takes: text (or text parts) for most; an assistant's tool calls
+    with or without content; a tool's result naming its call."""
+    call = {"type": "object", "required": ["id", "type", "function"], "additionalProperties": False, "properties": {
+        "id": {"type": "string", "minLength": 1}, "type": {"const": "function"}, "index": {"type": "integer"},
+        "function": {"type": "object", "required": ["name", "arguments"], "additionalProperties": False,
+                     "properties": {"name": {"type": "string", "minLength": 1}, "arguments": {"type": "string"}}}}}
+    calls = {"type": "array", "items": call, "minItems": 1}
+
+    def branch(roles: list[str], required: list[str], **fields) -> dict:
+        return {"required": ["role", *required], "properties": {"role": {"enum": roles}, **fields}}
+    no_calls = {"tool_calls": {"type": "null"}, "tool_call_id": {"type": "null"}}
+    schema["anyOf"] = [
+        branch(["system", "developer", "user", "assistant"], ["content"], content=_text_parts(1), **no_calls),
+        branch(["assistant"], ["tool_calls"], content={"anyOf": [_text_parts(0), {"type": "null"}]},
+               tool_calls=calls, tool_call_id={"type": "null"}),
+        branch(["tool"], ["tool_call_id", "content"], content=_text_parts(0),
+               tool_call_id={"type": "string", "minLength": 1}, tool_calls={"type": "null"}),
+    ]
+    return schema
+
+
 def _batch_create(job_request: dict) -> dict:
     schema = BatchCreate.model_json_schema(ref_template=_REF)
     props = schema["properties"]
@@ -74,14 +100,32 @@ def components(job_request: dict) -> dict[str, dict]:
     /openapi.json gives it (settings and validators applied)."""
     chat, chat_defs = _openai_request(ChatCompletionRequest, job_request)
     completion, completion_defs = _openai_request(CompletionRequest, job_request)
-    chat_defs["ChatMessage"]["properties"]["content"] = _text_parts(1)
+    chat_defs["ChatMessage"] = _chat_message(chat_defs["ChatMessage"])
     chat["allOf"] = [TOP_NEEDS_LOGPROBS]
     completion["properties"]["prompt"] = {"anyOf": [
         {"type": "string", "minLength": 1},
         {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 1}]}
-    _, responses = models_json_schema([(m, "serialization") for m in RESPONSES], ref_template=_REF)
-    return {**chat_defs, **completion_defs, **responses["$defs"], "ChatCompletionRequest": chat,
-            "CompletionRequest": completion, "BatchCreate": _batch_create(job_request)}
+    _, responses = models_json_schema([(m, "serialization") for m in (*RESPONSES, *RESPONSE_MODELS)],
+                                      ref_template=_REF)
+    create, create_defs = _response_create(job_request)
+    return {**chat_defs, **completion_defs, **create_defs, **responses["$defs"], "ChatCompletionRequest": chat,
+            "CompletionRequest": completion, "ResponseCreate": create, "BatchCreate": _batch_create(job_request)}
+
+
+def _response_create(job_request: dict) -> tuple[dict, dict]:
+    """`POST /v1/responses`'s body: its sampling fields take JobRequest's limits (they become
+    the job's), and what llmq cannot honour is accepted only when it means "not used"."""
+    schema = ResponseCreate.model_json_schema(ref_template=_REF, by_alias=True)
+    defs, props = schema.pop("$defs", {}), schema["properties"]
+    for name, job_name in (("temperature", "temperature"), ("top_p", "top_p"), ("top_k", "top_k"),
+                           ("seed", "seed"), ("max_output_tokens", "max_tokens")):
+        props[name] = _or_null(job_request["properties"][job_name])
+    for name, unused in RESPONSE_UNSUPPORTED.items():
+        props[name] = {"enum": list(unused), "description": "not supported: only a value that means 'not used'"}
+    # a background response is a stored one
+    schema["not"] = {"required": ["background", "store"],
+                     "properties": {"background": {"const": True}, "store": {"const": False}}}
+    return schema, defs
 
 
 # --- paths -----------------------------------------------------------------------------------
@@ -135,6 +179,43 @@ def _completion(summary: str, request: str, response: str, chunk: str) -> dict:
 
 
 _FILE_ID = _param("file_id", "path", {"type": "string"})
+_RESPONSE_ID = _param("response_id", "path", {"type": "string"})
+_EVENTS = ("with `stream: true`, Server-Sent Events `event: <type>` / `data: <event JSON>`, each "
+           "with a `sequence_number` that every API process gives the same event (resume with "
+           "`GET /v1/responses/{response_id}?stream=true&starting_after=N`); while the job waits in "
+           "the queue, comments `: queued {...}` with its place")
+
+
+def _responses_paths() -> dict:
+    response = _json(_ref("ResponseObject"), "the response")
+    return {
+        "/v1/responses": {"post": {
+            "summary": "Create a response (a job): answered whole, streamed, or in the background",
+            "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("ResponseCreate")}}},
+            "responses": {"200": {"description": f"the response (queued, with `background`); {_EVENTS}", "content": {
+                "application/json": {"schema": _ref("ResponseObject")},
+                "text/event-stream": {"schema": {"type": "string", "description": "events: ResponseEvent, "
+                                                 "OutputItemEvent, ContentPartEvent, OutputTextDelta, ..."}}}},
+                **_errors(400, 401, 403, 404, 409, 413, 429, 500, 503)}}},
+        "/v1/responses/{response_id}": {
+            "get": {"summary": "A response; with stream=true, its events after starting_after",
+                    "parameters": [_RESPONSE_ID, _param("stream", "query", {"enum": ["true", "false"]}),
+                                   _param("starting_after", "query", {"type": "integer"},
+                                          "the sequence number of the last event the client has")],
+                    "responses": {"200": {**response, "content": {**response["content"], "text/event-stream": {
+                        "schema": {"type": "string"}}}}, **_errors(400, 401, 404, 503)}},
+            "delete": {"summary": "Delete a response (a running one is cancelled first)", "parameters": [_RESPONSE_ID],
+                       "responses": {"200": _json(_ref("DeletedResponse"), "deleted"), **_errors(401, 404, 503)}}},
+        "/v1/responses/{response_id}/cancel": {"post": {
+            "summary": "Cancel a background response", "parameters": [_RESPONSE_ID],
+            "responses": {"200": _json(_ref("ResponseObject"), "the response, cancelled (or still stopping)"),
+                          **_errors(400, 401, 404, 409, 503)}}},
+        "/v1/responses/{response_id}/input_items": {"get": {
+            "summary": "A response's input items", "parameters": [
+                _RESPONSE_ID, _AFTER, _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100}),
+                _param("order", "query", {"enum": ["asc", "desc"]}, "default desc")],
+            "responses": {"200": _json(_ref("InputItemList"), "a page of input items"), **_errors(400, 401, 404, 503)}}},
+    }
 _BATCH_ID = _param("batch_id", "path", {"type": "string"})
 _AFTER = _param("after", "query", {"type": "string"}, "the id of the last object of the previous page")
 
@@ -190,6 +271,7 @@ def paths() -> dict:
         "/v1/batches/{batch_id}": {"get": {
             "summary": "A batch", "parameters": [_BATCH_ID],
             "responses": {"200": _json(_ref("Batch"), "the batch"), **_errors(401, 404, 503)}}},
+        **_responses_paths(),
         "/v1/batches/{batch_id}/cancel": {"post": {
             "summary": "Cancel a batch", "parameters": [_BATCH_ID],
             "responses": {"200": _json(_ref("Batch"), "the batch, cancelling (or already cancelled)"),

@@ -7,10 +7,12 @@ only for what it did not hear. The relay watches the job first, then reads the s
 client's last id, so a chunk written between the two is still read: late subscribers and
 reconnecting clients (`Last-Event-ID`) lose nothing.
 
-A job redelivered after its worker was lost starts over: its log then holds the abandoned
-attempt's chunks, a `restart` event, and the new attempt's chunks (indices from 0 again). Chunks
-followed by a `restart` in what the relay reads at once are not sent (a replay shows only the
-last attempt); a client that already received chunks must drop its text when `restart` comes.
+A job redelivered after its worker was lost continues from its log: the new attempt's chunks
+follow the lost one's with the next indices, so the relay has nothing to do. Only a job that
+cannot be continued (docs/reliability.md) starts over: its log then holds the abandoned run's
+chunks, a `restart` event, and the new run's chunks (indices from 0 again). Chunks followed by a
+`restart` in what the relay reads at once are not sent (a replay shows only the last run); a
+client that already received chunks must drop its text when `restart` comes.
 If Redis goes away mid-stream the stream ends; the client reconnects with `Last-Event-ID`.
 
 While the job waits in the queue the relay also sends `queued` events (no id: they are not in the

@@ -26,8 +26,9 @@ Loopback only: it refuses any other host.
 `--chaos` adds faults on its own stack: Redis as a Sentinel group (master, replica, three
 sentinels), `--workers 2`, a kill -9 of a random worker every 30-60 s (`--kill-every`), restarted
 at once, and one master failover in the middle (`--failover-at`). Jobs of a killed worker are
-redelivered and redone (their streams carry a `restart`), so with chaos `failed` may hold jobs that
-hit `LLMQ_MAX_ATTEMPTS`; each is listed with its reason.
+redelivered and continued from their logs (a `restart` on their streams only where they cannot
+be: docs/reliability.md), so with chaos `failed` may hold jobs that hit `LLMQ_MAX_ATTEMPTS`; each
+is listed with its reason.
 """
 from __future__ import annotations
 

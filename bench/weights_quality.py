@@ -35,7 +35,6 @@ import argparse
 import os
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -45,7 +44,7 @@ import openvino as ov
 import openvino_genai as ov_genai
 
 from worker.engine.openvino_engine import BLOCK_TOKENS, eos_token_ids, plugin_properties
-from worker.engine.openvino_model import EXPORT_FORMATS
+from worker.engine.openvino_model import EXPORT_FORMATS, run_exporter
 
 ROOT = Path(__file__).resolve().parent.parent
 # optimum-cli's arguments per format: the worker's own (optimum-intel 2.2 has no bf16 weight
@@ -107,7 +106,7 @@ def ensure_ir(hf_dir: Path, fmt: str, cache: Path, exporter: Path) -> Path:
                *EXPORT_ARGS[fmt], str(tmp)]
     print(f"exporting {fmt}: {' '.join(command)}", file=sys.stderr)
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = run_exporter(command)  # OpenVINO's telemetry declined first
     if done.returncode != 0 or not (tmp / "openvino_model.xml").exists():
         sys.exit(f"export {fmt} failed:\n" + "\n".join((done.stderr or done.stdout).splitlines()[-10:]))
     tmp.rename(out)

@@ -80,13 +80,15 @@ class Admission:
         return ref, builder, settings
 
     def submit(self, req: JobRequest, *, owner: str | None, priority: str, weight: float = 1.0,
-               webhook: dict | None = None,
+               webhook: dict | None = None, extra: dict | None = None,
                hold: Callable[[str], ContextManager] = lambda job_id: contextlib.nullcontext()) -> tuple[int, dict]:
         """Returns (HTTP status, job record): 200 for a cache hit, 202 for a queued job. `webhook`
-        comes from `webhook_fields`; `hold(job_id)` is held while the job is created and its ticket
-        sent (the API's per-key concurrency slot)."""
+        comes from `webhook_fields`; `extra`, more fields for the record (a response's own:
+        common/responses_request.py); `hold(job_id)` is held while the job is created and its
+        ticket sent (the API's per-key concurrency slot)."""
         fields, digest = self.prepare(req, owner, priority)
         fields.update(webhook or {})
+        fields.update(extra or {})
         answered = self._answer_from_cache(fields, digest)
         if answered is not None:
             return 200, answered
@@ -115,12 +117,18 @@ class Admission:
         digest names identical requests, for the result cache and for coalescing (None: not
         deterministic or cache off)."""
         model, builder, settings = self._model(req.model)
-        messages = [m.model_dump() for m in req.messages] if req.messages else None
+        messages = [m.model_dump(exclude_none=True) for m in req.messages] if req.messages else None
+        calling = req.tool_calling()
+        tools = [t.model_dump(exclude_none=True) for t in req.tools] if calling else None
         try:
-            _, prompt_ids = off_the_loop(builder.build, messages, req.prompt)
+            _, prompt_ids = off_the_loop(builder.build, messages, req.prompt, tools)
         except TemplateError as exc:
             raise ApiError(422, "validation_error", f"messages: {exc}")
         sampling = _sampling_within_context(req, len(prompt_ids), builder.context_length, settings)
+        if calling and calling.mode != "auto":  # the call is forced: its JSON is enforced
+            schema = calling.output_schema(req.tools, req.parallel_tool_calls is not False)
+            sampling["response_format"] = {"type": "json_schema", "json_schema": {
+                "name": "tool_call", "schema": schema, "strict": True}}
         digest = _cache_key(model.name, prompt_ids, sampling) if req.cache and req.deterministic else None
         fields = {
             "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
@@ -129,6 +137,7 @@ class Admission:
             "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
             "owner": owner, "priority": priority,
             "max_tokens": sampling["max_tokens"],  # read on its own by the ETAs (common/eta.py)
+            "tool_calling": calling.model_dump() if calling else None,  # to read calls from its text
         }
         return fields, digest
 

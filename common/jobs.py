@@ -7,7 +7,8 @@ so a job is never half-written or finished twice; each returns a typed outcome.
 Redelivery: each claim of a job is an attempt, numbered in the record. A worker writes chunks and
 the end of its attempt only while that attempt still owns the job (the number is the fence), and
 holds a lease its heartbeat renews; a redelivered copy of a job whose lease is alive is a
-duplicate and is not run.
+duplicate and is not run. A job redelivered after its worker was lost keeps its text and log: the
+new attempt continues it (common/continuation.py), or starts it over with `restart`.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ class Claimed(str, enum.Enum):
     """What a worker's claim of a delivered job found (`JobStore.start`), unless the job had
     already ended: then the claim's outcome is the `JobStatus` it ended in."""
     START = "start"  # it was queued: run it
-    RESTART = "restart"  # a redelivery after its worker was lost: run it again from the start
+    REDELIVERED = "redelivered"  # its worker was lost: continue it from its log (or `restart` it)
     DUPLICATE = "duplicate"  # another live worker holds its lease: leave it alone
     CANCEL = "cancel"  # a cancel was asked for before it ran: end it cancelled
     POISON = "poison"  # every attempt so far lost its worker: end it failed
@@ -73,6 +74,7 @@ class JobStore:
         self._create = script(client, "job_create")
         self._attach = script(client, "job_attach")
         self._start = script(client, "job_start")
+        self._restart = script(client, "job_restart")
         self._renew_lease = script(client, "job_renew_lease")
         self._requeue = script(client, "job_requeue")
         self._cancel = script(client, "job_cancel")
@@ -130,18 +132,25 @@ class JobStore:
 
     def start(self, job_id: str, worker: str, max_attempts: int, lease_ttl_s: int = 15) -> Claim:
         """Claim a delivered job (see `Claimed`). A claim takes the job's lease, which its worker
-        renews (`renew_lease`) and which lapses if that worker dies. A restart resets the
-        record's text and, in the same step, appends a `restart` event to the log, so readers of
-        either never see two attempts mixed."""
+        renews (`renew_lease`) and which lapses if that worker dies. A redelivered job keeps its
+        text and log, for the new attempt to continue (or to `restart`)."""
         outcome, attempts, *ended_as = self._start(
-            keys=[self.keys.job(job_id), self.keys.queued, self.keys.lease(job_id), self.keys.events(job_id)],
+            keys=[self.keys.job(job_id), self.keys.queued, self.keys.lease(job_id)],
             args=[*self.keys.job_layout(), job_id, time.time(), worker, max_attempts, lease_ttl_s,
-                  self.job_ttl_s, self.log.maxlen],
+                  self.job_ttl_s],
         )
         claim = Claim(_outcome(Claimed, outcome, *ended_as), int(attempts))
         if claim.outcome is Claimed.START:  # the job and its followers began
             self.log.notify("start", [job_id], followers_of=job_id)
         return claim
+
+    def restart(self, job_id: str, attempt: int, reason: str) -> bool:
+        """Start a redelivered job over: its text (and its followers') is reset and a `restart`
+        event logged, in one step (common/lua/job_restart.lua). False when this attempt no longer
+        holds it."""
+        return self._restart(keys=[self.keys.job(job_id)],
+                             args=[*self.keys.job_layout(), job_id, attempt, self.job_ttl_s,
+                                   self.log.maxlen, reason]) == 1
 
     def requeue(self, job_id: str, attempt: int, worker: str) -> bool:
         """Put a running job its worker stopped back at the head of its queue, to start over
@@ -216,6 +225,10 @@ class JobStore:
         ended = ([job_id] if rest[0] == "1" else []) + rest[1:]
         self.counters.count(f"finished:{status}", len(ended))
         return ended
+
+    def delete(self, job_id: str) -> None:
+        """Forget an ended job: its record and its log (a deleted response)."""
+        self.r.delete(self.keys.job(job_id), self.keys.events(job_id))
 
     # --- reads ------------------------------------------------------------------------------
     def get(self, job_id: str) -> dict[str, Any] | None:

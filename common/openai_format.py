@@ -4,6 +4,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from common.tool_parser import CallArguments, CallStart, Event, read_calls
+from common.tools import ToolCalling
+
 
 @dataclass(frozen=True)
 class Surface:
@@ -17,20 +20,33 @@ class Surface:
     def response(self, record: dict) -> dict:
         text, reason = record.get("text", ""), record.get("finish_reason")
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text, "refusal": None},
-                      "logprobs": None, "finish_reason": reason}
+            message = {"role": "assistant", "content": text, "refusal": None}
+            calling = tool_calling(record)
+            if calling:
+                content, calls = read_calls(record["id"], calling, text)
+                if calls:
+                    message.update(content=content, tool_calls=[
+                        {"id": c.call_id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                        for c in calls])
+                    reason = tool_calls_reason(reason)
+                else:
+                    message["content"] = content
+            choice = {"index": 0, "message": message, "logprobs": None, "finish_reason": reason}
         else:
             choice = {"index": 0, "text": text, "logprobs": None, "finish_reason": reason}
         return {**self._head(record, "chat.completion" if self.chat else "text_completion"),
                 "choices": [choice], "usage": usage(record)}
 
     def chunk(self, record: dict, text: str | None = None, finish_reason: str | None = None,
-              role: bool = False) -> dict:
-        """One `data:` payload of a stream: new text, the opening role (chat), or the end."""
+              role: bool = False, tool_call: dict | None = None) -> dict:
+        """One `data:` payload of a stream: new text, a piece of a tool call (`tool_call_delta`),
+        the opening role (chat), or the end."""
         if self.chat:
             delta = {"role": "assistant", "content": ""} if role else {}
             if text is not None:
                 delta["content"] = text
+            if tool_call is not None:
+                delta["tool_calls"] = [tool_call]
             choice = {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
         else:
             choice = {"index": 0, "text": text or "", "logprobs": None, "finish_reason": finish_reason}
@@ -45,6 +61,28 @@ class Surface:
     def _head(self, record: dict, object_: str) -> dict:
         return {"id": self.id(record["id"]), "object": object_, "created": int(record["created_at"]),
                 "model": record["model"]}
+
+
+def tool_calling(record: dict) -> ToolCalling | None:
+    """How to read the job's text back as tool calls (None: it offered none)."""
+    plan = record.get("tool_calling")
+    return ToolCalling.model_validate(plan) if plan else None
+
+
+def tool_calls_reason(reason: str | None) -> str | None:
+    """A generation that ended by itself after making calls ended to have them run."""
+    return "tool_calls" if reason == "stop" else reason
+
+
+def tool_call_delta(event: Event) -> dict | None:
+    """A stream's `delta.tool_calls[0]` for a tool-call event: the first names the call, the
+    next carry pieces of its arguments (OpenAI's shape)."""
+    if isinstance(event, CallStart):
+        return {"index": event.index, "id": event.call_id, "type": "function",
+                "function": {"name": event.name, "arguments": ""}}
+    if isinstance(event, CallArguments):
+        return {"index": event.index, "function": {"arguments": event.delta}}
+    return None
 
 
 def usage(record: dict) -> dict:

@@ -2,8 +2,9 @@
 
 Unknown fields are refused, as OpenAI does; fields llmq has no use for but that change nothing
 (`user`, `metadata`, ...) are accepted; fields that would change the answer in a way llmq cannot
-honour (`logit_bias`, `tools`, ...) get a 400 naming the parameter, never silence. `n` choices
-are `n` jobs (api/n_choices.py); logprobs are the engine's (common/logprobs.py).
+honour (`logit_bias`, `functions`, ...) get a 400 naming the parameter, never silence.
+Tools become the job's own (common/tools.py). `n` choices are `n` jobs (api/n_choices.py);
+logprobs are the engine's (common/logprobs.py).
 """
 from __future__ import annotations
 
@@ -18,13 +19,14 @@ from common.schemas import JobRequest
 # parameter -> the values that mean "not used"; anything else is refused
 UNSUPPORTED: dict[str, tuple] = {
     "best_of": (None, 1), "logit_bias": (None, {}), "echo": (None, False), "suffix": (None, ""),
-    "tools": (None, []), "tool_choice": (None, "none"), "functions": (None, []),
+    "functions": (None, []),
     "function_call": (None, "none"), "audio": (None,), "modalities": (None, ["text"]),
     "prediction": (None,), "web_search_options": (None,),
 }
 # the request fields that pass on to the job as they are (the API's description reads them too)
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "presence_penalty",
                    "frequency_penalty", "response_format", "cache", "webhook", "webhook_events")
+TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")  # chat's, also passed on as they are
 
 
 class StreamOptions(BaseModel):
@@ -55,7 +57,6 @@ class _OpenAIRequest(BaseModel):
     metadata: dict | None = None
     store: bool | None = None
     service_tier: str | None = None
-    parallel_tool_calls: bool | None = None
     safety_identifier: str | None = None
     prompt_cache_key: str | None = None
     prompt_cache_retention: Any = None
@@ -99,25 +100,33 @@ class _OpenAIRequest(BaseModel):
 
 
 class ChatMessage(BaseModel):
-    """Text messages. Content parts other than text, and tool/function roles, are refused."""
+    """Text messages, an assistant's tool calls (content may be null) and tool results. Content
+    parts other than text, and the legacy `function` role, are refused."""
 
     model_config = ConfigDict(extra="ignore")  # e.g. refusal/annotations echoed back from a reply
 
-    role: Literal["system", "developer", "user", "assistant"]
-    content: str | list[dict]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict] | None = None
     name: str | None = None
+    tool_calls: list[dict] | None = None
+    tool_call_id: str | None = None
 
     @field_validator("content")
     @classmethod
     def _text_only(cls, content):
-        if isinstance(content, str):
+        if content is None or isinstance(content, str):
             return content
         if any(part.get("type") != "text" or not isinstance(part.get("text"), str) for part in content):
             raise ValueError("only text content parts ({'type': 'text', 'text': ...}) are supported")
         return "".join(part["text"] for part in content)
 
     def as_message(self) -> dict:
-        return {"role": "system" if self.role == "developer" else self.role, "content": self.content}
+        message = {"role": "system" if self.role == "developer" else self.role, "content": self.content}
+        if self.tool_calls:  # OpenAI's echo may carry extra keys (index): the job's schema checks the rest
+            message["tool_calls"] = [{k: v for k, v in call.items() if k != "index"} for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            message["tool_call_id"] = self.tool_call_id
+        return message
 
 
 class ChatCompletionRequest(_OpenAIRequest):
@@ -125,8 +134,9 @@ class ChatCompletionRequest(_OpenAIRequest):
     max_completion_tokens: int | None = None
     logprobs: bool | None = None
     top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
-    tools: list | None = None
+    tools: list[dict] | None = None
     tool_choice: Any = None
+    parallel_tool_calls: bool | None = None
     functions: list | None = None
     function_call: Any = None
     audio: Any = None
@@ -143,6 +153,7 @@ class ChatCompletionRequest(_OpenAIRequest):
                                "send one of them", param="max_completion_tokens")
             fields["max_tokens"] = self.max_completion_tokens
         fields["messages"] = [m.as_message() for m in self.messages]
+        fields.update({k: v for k in TOOL_FIELDS if (v := getattr(self, k)) is not None})
         return JobRequest.model_validate(fields)
 
     def logprob_fields(self) -> dict:

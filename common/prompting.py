@@ -13,6 +13,8 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from common.tools import inline_tools, template_messages
+
 
 class TemplateError(ValueError):
     """The chat template rejected the messages (e.g. roles out of order)."""
@@ -45,13 +47,22 @@ class PromptBuilder:
         env.globals["raise_exception"] = _raise_exception
         env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
         self._template = env.from_string(template) if template else None
+        # a template that renders tools itself (Qwen2.5's) also renders calls and their results
+        self.renders_tools = bool(template) and "tools" in template
 
-    def render(self, messages: list[dict]) -> str:
+    def render(self, messages: list[dict], tools: list[dict] | None = None) -> str:
+        """The prompt text; `tools` (OpenAI's function specs) as the template shows them, or in
+        the system message for a template that knows nothing of tools (common/tools.py)."""
         if self._template is None:
             raise TemplateError("this model has no chat template; send a raw 'prompt'")
+        if self.renders_tools:
+            messages, extra = template_messages(messages), ({"tools": tools} if tools else {})
+        else:
+            uses_tools = tools or any(m["role"] == "tool" or m.get("tool_calls") for m in messages)
+            messages, extra = (inline_tools(messages, tools) if uses_tools else messages), {}
         try:
             return self._template.render(messages=messages, add_generation_prompt=True,
-                                         bos_token=self.bos_token, eos_token=self.eos_token)
+                                         bos_token=self.bos_token, eos_token=self.eos_token, **extra)
         except jinja2.TemplateError as exc:
             raise TemplateError(str(exc)) from exc
 
@@ -60,9 +71,11 @@ class PromptBuilder:
         # prompt does not hold the caller's other threads (common/offload.py)
         return self.tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
 
-    def build(self, messages: list[dict] | None, prompt: str | None) -> tuple[str, list[int]]:
-        """(prompt text, token ids). Chat templates carry their own special tokens."""
+    def build(self, messages: list[dict] | None, prompt: str | None,
+              tools: list[dict] | None = None) -> tuple[str, list[int]]:
+        """(prompt text, token ids). Chat templates carry their own special tokens. A raw prompt
+        is sent as it is: it shows any tools the way its writer chose."""
         if messages is not None:
-            text = self.render(messages)
+            text = self.render(messages, tools)
             return text, self.encode(text, add_special_tokens=False)
         return prompt, self.encode(prompt, add_special_tokens=True)

@@ -7,6 +7,8 @@ from typing import Literal
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from common.tools import ToolCalling, ToolChoice, ToolSpec
+
 
 class JobStatus(str, enum.Enum):
     """A job's status. A str, so Redis fields, JSON and comparisons with "queued" see the word."""
@@ -49,11 +51,76 @@ Priority = Literal["high", "normal", "low"]
 PRIORITY_LEVELS: dict[str, int] = {"high": 0, "normal": 3, "low": 6, "batch": 9}
 
 
-class Message(BaseModel):
+class FunctionCall(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    role: Literal["system", "user", "assistant"]
-    content: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    arguments: str = Field(description="the arguments as a JSON text")
+
+
+class MessageToolCall(BaseModel):
+    """A call an assistant message made, sent back in a conversation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+def _message_schema(schema: dict) -> None:
+    """Publish which fields each role takes (checked by the validators below) in the JSON Schema,
+    so OpenAPI clients and fuzzers know which messages are valid."""
+    props = schema["properties"]
+    calls = next(s for s in props["tool_calls"]["anyOf"] if s.get("type") == "array")
+    text, any_text = {"type": "string", "minLength": 1}, {"type": "string"}
+
+    def branch(roles: list[str], required: list[str], **fields) -> dict:
+        return {"type": "object", "additionalProperties": False, "required": ["role", *required],
+                "properties": {"role": {"enum": roles}, **fields}}
+    schema["anyOf"] = [
+        branch(["system", "user", "assistant"], ["content"], content=text),
+        branch(["assistant"], ["tool_calls"], content={"anyOf": [any_text, {"type": "null"}]}, tool_calls=calls),
+        branch(["tool"], ["tool_call_id", "content"], content=any_text,
+               tool_call_id={"type": "string", "minLength": 1}),
+    ]
+
+
+class Message(BaseModel):
+    """A chat message. An assistant message that made tool calls may have no content; a `tool`
+    message is a call's result, naming the call it answers."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=lambda schema: _message_schema(schema))
+
+    role: Literal["system", "user", "assistant", "tool"]
+    tool_calls: list[MessageToolCall] | None = Field(None, min_length=1)
+    tool_call_id: str | None = Field(None, min_length=1, validate_default=True)
+    content: str | None = Field(None, validate_default=True)
+
+    @field_validator("tool_calls")
+    @classmethod
+    def _calls_are_the_assistants(cls, value, info):
+        if value is not None and info.data.get("role") != "assistant":
+            raise ValueError("only assistant messages carry tool_calls")
+        return value
+
+    @field_validator("tool_call_id")
+    @classmethod
+    def _results_are_the_tools(cls, value, info):
+        if (value is not None) != (info.data.get("role") == "tool"):
+            raise ValueError("a tool message, and only a tool message, names the call it answers")
+        return value
+
+    @field_validator("content")
+    @classmethod
+    def _content_fits_role(cls, value, info):
+        role = info.data.get("role")
+        if role == "tool":
+            if value is None:
+                raise ValueError("a tool message needs content (the call's result)")
+        elif not value and not (role == "assistant" and info.data.get("tool_calls")):
+            raise ValueError("needs non-empty content" + (" or tool_calls" if role == "assistant" else ""))
+        return value
 
 
 def _response_format_schema(schema: dict) -> None:
@@ -176,6 +243,12 @@ class JobRequest(SamplingParams):
     webhook_events: list[WebhookEvent] | None = Field(
         None, min_length=1, description="which events to send: 'start' (a worker began the job), "
                                         "'completed' (it ended, in any status); default ['completed']")
+    tools: list[ToolSpec] | None = Field(None, max_length=128, description="functions the model may call")
+    tool_choice: ToolChoice | None = Field(None, description="none, auto (the default with tools), "
+                                                             "required, or {'type': 'function', "
+                                                             "'function': {'name': ...}}")
+    parallel_tool_calls: bool | None = Field(None, description="with required: more than one call "
+                                                               "allowed (default true)")
 
     @model_validator(mode="before")
     @classmethod
@@ -193,6 +266,23 @@ class JobRequest(SamplingParams):
         if self.webhook_events is not None and self.webhook is None:
             raise ValueError("webhook_events needs a webhook URL")
         return self
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _choice_fits_tools(cls, choice, info):
+        calling = ToolCalling.plan(info.data.get("tools"), choice)  # ValueError for a choice the tools cannot meet
+        if calling and calling.mode != "auto" and info.data.get("response_format") is not None:
+            raise ValueError("a forced tool call and response_format cannot both shape the output")
+        return choice
+
+    @field_validator("tools")
+    @classmethod
+    def _tools_have_one_name_each(cls, tools):
+        ToolCalling.plan(tools, None)
+        return tools
+
+    def tool_calling(self) -> ToolCalling | None:
+        return ToolCalling.plan(self.tools, self.tool_choice)
 
     def sampling(self) -> SamplingParams:
         return SamplingParams(**self.model_dump(include=set(SamplingParams.model_fields)))

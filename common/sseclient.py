@@ -45,27 +45,45 @@ class FollowedAnswer:
     text: str = ""
     done: dict | None = None
     restarts: int = 0
+    rewinds: int = 0  # chunks that replaced chunks received before (see `follow_job`)
     reconnects: int = 0
     chunks: int = 0
-    out_of_order: list = None  # (expected index, received index): a chunk missing or sent twice
+    out_of_order: list = None  # (expected index, received index): a chunk missing
     statuses: list = None  # non-200 answers met while reconnecting (503 during a Redis switch)
+    starts: list = None  # where each chunk received begins in `text`, by index
 
     def __post_init__(self):
-        self.out_of_order, self.statuses = [], []
+        self.out_of_order, self.statuses, self.starts = [], [], []
+
+    def add_chunk(self, index: int, text: str) -> None:
+        """A chunk takes its place by its index: the next one is appended; one whose index was
+        received already replaces it and what followed it (a Redis failover lost the log's end
+        that this client had, and the job went on from the log: docs/reliability.md); one
+        beyond the next is noted as a gap."""
+        if index < len(self.starts):
+            self.text, self.starts = self.text[:self.starts[index]], self.starts[:index]
+            self.rewinds += 1
+        elif index > len(self.starts):
+            self.out_of_order.append((len(self.starts), index))
+            self.starts += [len(self.text)] * (index - len(self.starts))
+        self.starts.append(len(self.text))
+        self.text += text
+        self.chunks += 1
 
 
 def follow_job(base: str, job_id: str, timeout: float = 300, answer: FollowedAnswer | None = None,
                stop_after_chunks: int | None = None) -> FollowedAnswer:
     """Follow a job's SSE stream to its `done` as a client should: reconnect with `Last-Event-ID`
-    when the stream breaks (Redis outage or failover), drop the text on `restart`, and note any
-    chunk whose index is not the next one expected. `answer` (if given) is filled in as events
-    arrive, so another thread can watch progress; `stop_after_chunks` drops the connection early."""
+    when the stream breaks (Redis outage or failover), drop the text on `restart`, and put each
+    chunk where its index says (`FollowedAnswer.add_chunk`). `answer` (if given) is filled in as
+    events arrive, so another thread can watch progress; `stop_after_chunks` drops the connection
+    early."""
     import time
 
     import requests
 
     answer = answer or FollowedAnswer()
-    last_id, expected, deadline = None, 0, time.monotonic() + timeout
+    last_id, deadline = None, time.monotonic() + timeout
     while answer.done is None and time.monotonic() < deadline:
         try:
             headers = {"Last-Event-ID": last_id} if last_id else {}
@@ -78,15 +96,11 @@ def follow_job(base: str, job_id: str, timeout: float = 300, answer: FollowedAns
                         last_id = event.id or last_id
                         if event.event == "chunk":
                             chunk = event.json()
-                            if chunk["index"] != expected:
-                                answer.out_of_order.append((expected, chunk["index"]))
-                            expected = chunk["index"] + 1
-                            answer.text += chunk["text"]
-                            answer.chunks += 1
+                            answer.add_chunk(chunk["index"], chunk["text"])
                             if stop_after_chunks and answer.chunks == stop_after_chunks:
                                 break  # a client that drops the connection mid-stream
                         elif event.event == "restart":
-                            answer.text, expected = "", 0
+                            answer.text, answer.starts = "", []
                             answer.restarts += 1
                         elif event.event == "done":
                             answer.done = event.json()

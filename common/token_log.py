@@ -1,5 +1,7 @@
 """A job's token log: a Redis Stream of its events (`chunk`, `restart`, `done`), replayable from any
-entry id (`Last-Event-ID`), and the announcements of its growth on the job's channel.
+entry id (`Last-Event-ID`), and the announcements of its growth on the job's channel. A chunk's
+entry also keeps the token ids its text came from, so that an attempt redelivered after its
+worker was lost can continue the answer exactly (common/continuation.py).
 
 Announcements: every append PUBLISHes on `Keys.channel(job_id)`. An entry a worker logs (a chunk,
 a restart) is announced with its content, "<previous entry id> <entry id> <event> <data>"
@@ -84,20 +86,31 @@ class TokenLog:
         pipe.publish(self.keys.channel(job_id), event)
         pipe.execute()
 
-    def append_chunk(self, job_id: str, attempt: int, data: dict[str, Any], **record: Any) -> ChunkWrite:
+    def append_chunk(self, job_id: str, attempt: int, data: dict[str, Any], *,
+                     token_ids: list[int] | None = None, ended: str | None = None,
+                     **record: Any) -> ChunkWrite:
         """Add a `chunk` of attempt `attempt` (and update the record) atomically, to the job and
         the followers riding on it, only if that attempt still owns the running job. With an
         `index` in `data`, a chunk is written once however often it is sent (see
-        `chunks_written`)."""
+        `chunks_written`). `token_ids` (the tokens the chunk's text came from) and `ended` (the
+        finish reason, on a finished generation's last chunk) are kept in the entry, unannounced,
+        for an attempt that continues the job (common/continuation.py)."""
         return ChunkWrite(self._append_chunk(
             keys=[self.keys.job(job_id)],
             args=[*self.keys.job_layout(), attempt, "chunk", json.dumps(data), self.maxlen, self.job_ttl_s,
-                  data.get("index", ""), *encode_fields(record)],
+                  data.get("index", ""), ",".join(map(str, token_ids or ())), ended or "",
+                  *encode_fields(record)],
         ))
 
     def chunks_written(self, job_id: str) -> int:
-        """Chunks the job's current attempt has written, for a writer that lost a reply."""
+        """Chunks in the job's log since its run began (its last `restart`), for a writer that
+        lost a reply and for an attempt that continues the run."""
         return int(self.r.hget(self.keys.job(job_id), "chunks_written") or 0)
+
+    def read_entries(self, job_id: str) -> list[dict[str, str]]:
+        """Every entry of the job's log with all its fields (`event`, `data`, and a chunk's
+        `ids` and `end`), oldest first."""
+        return [fields for _, fields in self.r.xrange(self.keys.events(job_id))]
 
     def publish_done(self, job_id: str) -> None:
         """Close the job's log with a `done` event built from its (terminal) record."""

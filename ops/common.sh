@@ -8,6 +8,10 @@ elif [ -n "${VIRTUAL_ENV:-}" ]; then PY=$VIRTUAL_ENV/bin/python
 else PY=$PWD/.venv/bin/python
 fi
 export LLMQ_REDIS_URL=${LLMQ_REDIS_URL:-redis://127.0.0.1:6379/0}
+# Nothing phones home: every library's usage reporting off for these scripts and all they start,
+# OpenVINO's declined in its consent file (the list is common/no_telemetry.py's; system python3:
+# this runs before any environment is installed)
+eval "$(python3 -c 'import common.no_telemetry as t; print(t.shell_exports())')"
 # the OpenVINO engine's exporter (install_openvino_exporter), for every process started from here
 export LLMQ_OPENVINO_EXPORT_PYTHON=${LLMQ_OPENVINO_EXPORT_PYTHON:-$PWD/.venv-export/bin/python}
 RUN_DIR=$(realpath -m "${LLMQ_RUN_DIR:-.run}")

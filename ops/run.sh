@@ -4,6 +4,7 @@
 #   bash ops/run.sh ["your prompt"]        stop everything with: bash ops/stop.sh
 # LLMQ_ENGINE=vllm installs vLLM's CPU build too and serves with it.
 # LLMQ_CPU_WORKERS=K starts K workers pinned to disjoint core sets instead of one (ops/workers.sh).
+# LLMQ_API_KEY=<key>: the demo's key, where LLMQ_API_KEYS (or LLMQ_API_KEYS_FILE) turns keys on.
 source "$(dirname "$0")/common.sh"
 PROMPT=${1:-"Explain in two sentences why a job queue helps when many users share one small LLM."}
 API_PORT=${LLMQ_API_PORT:-8000}

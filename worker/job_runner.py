@@ -2,12 +2,14 @@
 
 Called from the Celery task; has no Celery in it, so it can be driven directly in tests.
 
-Faults: a job redelivered after its worker was lost starts over (the claim resets the record and
-logs a `restart` event); a copy delivered while another live worker holds the job waits until
-that one ends or dies; every write is fenced by the attempt number, so an attempt that was given
-up on stops instead of interleaving with its successor; Redis outages up to `redis_retry_s` are
-ridden out (text is buffered and written once Redis answers again); a job running past its
-deadline is aborted and ends with finish reason `timeout`.
+Faults: a job redelivered after its worker was lost continues from the tokens in its log (the
+engine gets the prompt and the tokens generated so far, and the chunks carry on their numbering:
+common/continuation.py), or, where it cannot, starts over after a `restart` event; a copy
+delivered while another live worker holds the job waits until that one ends or dies; every write
+is fenced by the attempt number, so an attempt that was given up on stops instead of
+interleaving with its successor; Redis outages up to `redis_retry_s` are ridden out (text is
+buffered and written once Redis answers again); a job running past its deadline is aborted and
+ends with finish reason `timeout`.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from typing import TypeVar
 
 import redis
 
+from common.continuation import NOTHING, CannotContinue, Continuation, read_continuation
 from common.fair_queue import CAPPED, Pick
 from common.jobs import Claim, Claimed, JobStore
 from common.logs import job_context
@@ -33,7 +36,7 @@ from worker.batch_yield import BatchYield
 from worker.cancel_watch import CancelWatch
 from worker.free_slots import FreeSlots
 from worker.engine.loop import EngineLoop, RequestStream
-from worker.engine.sequence import EngineRequest, RequestOutput, ResponseFormat, Sampling
+from worker.engine.sequence import Continued, EngineRequest, RequestOutput, ResponseFormat, Sampling
 from worker.lease import Leases, lease_ttl
 from worker.load_meter import LoadMeter
 from worker.metrics import WorkerMetrics
@@ -54,8 +57,10 @@ class Superseded(Exception):
 class _Progress:
     text: str = ""  # written to Redis
     pending: str = ""  # generated, not yet written (Redis slow or down)
+    pending_ids: list[int] = field(default_factory=list)  # the tokens `pending` came from
     chunks: int = 0
     completion_tokens: int = 0
+    continued_tokens: int = 0  # of which a lost attempt generated (a continued job)
     prompt_tokens: int = 0
     batch_size_max: int = 0
     first_token_at: float | None = None
@@ -66,6 +71,7 @@ class _Progress:
     aborted: bool = False  # the engine was told to stop this request
     buffering: bool = False  # Redis was unavailable at the last write
     unconfirmed: str | None = None  # text of a write whose reply was lost: it may have landed
+    unconfirmed_ids: int = 0  # its tokens
     logprobs: list | None = None  # entries written (common/logprobs.py); None: not asked for
     pending_logprobs: list = field(default_factory=list)  # generated, not yet written
     unconfirmed_logprobs: int = 0  # entries in the write whose reply was lost
@@ -251,10 +257,10 @@ class JobRunner:
             return {"job_id": job_id, "status": str(outcome)}
         self.leases.hold(job_id, attempt)
         record = self.store.get(job_id)
-        if self.metrics:
+        if self.metrics and outcome is Claimed.START:  # a redelivered job keeps its first start
             self.metrics.job_started(record["created_at"], record["started_at"])
         try:
-            return self._generate(job_id, attempt, record)
+            return self._run_attempt(job_id, attempt, record, outcome)
         except Superseded:
             log.warning("job %s: attempt %d was superseded; stopping it", job_id, attempt,
                         extra={"job_id": job_id})
@@ -278,12 +284,47 @@ class JobRunner:
                 return claim
             time.sleep(self.settings.heartbeat_s)
 
-    def _generate(self, job_id: str, attempt: int, record: dict) -> dict:
+    def _run_attempt(self, job_id: str, attempt: int, record: dict, outcome: Claimed) -> dict:
+        """A redelivered job continues from its log where it can; where it cannot, it starts over
+        after a `restart` event (common/continuation.py)."""
+        if outcome is Claimed.REDELIVERED:
+            try:
+                return self._generate(job_id, attempt, record, self._continuation(job_id, record))
+            except CannotContinue as exc:
+                log.info("job %s: starting over: %s", job_id, exc, extra={"job_id": job_id})
+                reason = f"the previous attempt lost its worker, and its answer cannot be continued: {exc}"
+                if not self._retrying(lambda: self.store.restart(job_id, attempt, reason)):
+                    raise Superseded(job_id) from exc
+        return self._generate(job_id, attempt, record, NOTHING)
+
+    def _continuation(self, job_id: str, record: dict) -> Continuation:
+        """Where the lost attempt's answer stands, from the log; `CannotContinue` when the log
+        cannot say, or for a carrier (a job whose own client left: its log stopped there, its
+        followers' went on)."""
+        if record.get("status") != JobStatus.RUNNING:
+            raise CannotContinue("its own client left, so its log stopped early")
+        entries = self._retrying(lambda: self.log.read_entries(job_id))
+        so_far = read_continuation(entries, int(record.get("chunks_written") or 0))
+        if so_far.chunks:
+            log.info("job %s: continuing after %d tokens in %d chunks", job_id, len(so_far.token_ids),
+                     so_far.chunks, extra={"job_id": job_id})
+        return so_far
+
+    def _generate(self, job_id: str, attempt: int, record: dict, so_far: Continuation) -> dict:
         request = record["request"]
+        if so_far.ended:  # the lost attempt generated the whole answer: only its end is missing
+            return self._end(job_id, attempt, _STATUS_BY_REASON[FinishReason(so_far.ended)],
+                             finish_reason=so_far.ended, text=so_far.text,
+                             prompt_tokens=len(request["prompt_token_ids"]),
+                             completion_tokens=len(so_far.token_ids),
+                             logprobs=list(so_far.logprobs) if request["sampling"].get("logprobs") else None)
+        continued = Continued(so_far.token_ids, so_far.text) if so_far.chunks else None
         stream = self.loop.submit(EngineRequest(job_id, request["prompt_token_ids"],
-                                                engine_sampling(request["sampling"])))
-        progress = _Progress(prompt_tokens=len(request["prompt_token_ids"]),
-                             logprobs=[] if request["sampling"].get("logprobs") else None)
+                                                engine_sampling(request["sampling"]), continued))
+        progress = _Progress(text=so_far.text, chunks=so_far.chunks, completion_tokens=len(so_far.token_ids),
+                             continued_tokens=len(so_far.token_ids),
+                             prompt_tokens=len(request["prompt_token_ids"]),
+                             logprobs=list(so_far.logprobs) if request["sampling"].get("logprobs") else None)
         run_timeout = record.get("run_timeout_s") or self.settings.run_timeout_s
         deadline = time.monotonic() + run_timeout if run_timeout else None
         hold_until = 0.0  # the first text goes out at once; later text gathers for the interval
@@ -314,11 +355,12 @@ class JobRunner:
                 and not progress.cancel_asked and progress.abort_reason is None:
             return self._requeue(job_id, attempt)
         self._retrying(lambda: self._publish(job_id, attempt, progress, raise_errors=True))
+        generated_here = progress.completion_tokens - progress.continued_tokens
         if self.meter and out.finish_reason in (FinishReason.STOP, FinishReason.LENGTH):
-            self.meter.record_job(progress.completion_tokens)
+            self.meter.record_job(generated_here)
         if self.metrics:
             self.metrics.job_generated(record["created_at"], progress.first_token_at, time.time(),
-                                       progress.completion_tokens)
+                                       generated_here)
         reason = progress.abort_reason if out.finish_reason == FinishReason.CANCELLED and progress.abort_reason \
             else out.finish_reason
         status = _STATUS_BY_REASON[reason]
@@ -343,8 +385,8 @@ class JobRunner:
     def _requeue(self, job_id: str, attempt: int) -> dict:
         """A preempted line goes back to the head of its queue with a spare ticket, so it starts
         over on the next free slot of any worker (its text so far is dropped: the next attempt
-        writes its own, after a `restart` event). A line that ended or moved on meanwhile is
-        left as it is."""
+        writes its own, after a `restart` event; a preempted line is not continued, as a lost
+        worker's job is). A line that ended or moved on meanwhile is left as it is."""
         if self._retrying(lambda: self.store.requeue(job_id, attempt, self.worker_name)):
             self._send_ticket(None)
             return {"job_id": job_id, "status": "preempted"}
@@ -365,7 +407,10 @@ class JobRunner:
         """Take the outputs that came, waiting up to `wait_s` for one; before `hold_until` they
         gather in the stream, so that one write relays them all (see `stream_interval_ms`)."""
         for output in stream.take(wait_s, hold_until):
+            if output.error_type == "continuation_refused":  # the engine cannot take this answer up
+                raise CannotContinue(output.error)
             progress.pending += output.text
+            progress.pending_ids += output.new_token_ids
             if output.logprobs:
                 progress.pending_logprobs += output.logprobs
             progress.completion_tokens = output.completion_tokens
@@ -387,13 +432,18 @@ class JobRunner:
             if not progress.pending and not progress.pending_logprobs:
                 return False
             delta = progress.unconfirmed = progress.pending
+            ids = list(progress.pending_ids)
+            progress.unconfirmed_ids = len(ids)
+            ended = progress.finish.finish_reason if progress.finish is not None \
+                and progress.finish.finish_reason in (FinishReason.STOP, FinishReason.LENGTH) else None
             chunk = {"index": progress.chunks, "text": delta}
             if progress.logprobs is not None:
                 chunk["logprobs"] = progress.pending_logprobs[:]
             progress.unconfirmed_logprobs = len(progress.pending_logprobs)
             written = self.log.append_chunk(
-                job_id, attempt, chunk, text=progress.text + delta,
-                completion_tokens=progress.completion_tokens, batch_size_max=progress.batch_size_max)
+                job_id, attempt, chunk, token_ids=ids, ended=ended,
+                text=progress.text + delta, completion_tokens=progress.completion_tokens,
+                batch_size_max=progress.batch_size_max)
         except redis.RedisError as exc:
             if raise_errors:
                 raise
@@ -411,20 +461,21 @@ class JobRunner:
         if progress.buffering:
             log.info("job %s: Redis is back; buffered text written", job_id, extra={"job_id": job_id})
             progress.buffering = False
-        self._confirm(progress, delta)
+        self._confirm(progress, delta, len(ids))
         progress.cancel_asked = progress.cancel_asked or written is ChunkWrite.WRITTEN_CANCEL_ASKED
         return True
 
     def _settle_unconfirmed(self, job_id: str, progress: _Progress) -> None:
         """Whether the chunk whose reply was lost landed: the job counts the chunks written."""
         if self.log.chunks_written(job_id) > progress.chunks:
-            self._confirm(progress, progress.unconfirmed)
+            self._confirm(progress, progress.unconfirmed, progress.unconfirmed_ids)
         progress.unconfirmed = None
 
     @staticmethod
-    def _confirm(progress: _Progress, delta: str) -> None:
+    def _confirm(progress: _Progress, delta: str, token_count: int) -> None:
         progress.text += delta
         progress.pending = progress.pending[len(delta):]
+        progress.pending_ids = progress.pending_ids[token_count:]
         progress.chunks += 1
         written, progress.pending_logprobs = (progress.pending_logprobs[:progress.unconfirmed_logprobs],
                                               progress.pending_logprobs[progress.unconfirmed_logprobs:])

@@ -1,14 +1,18 @@
-"""`kill -9` real worker processes mid-generation: redelivery to the next worker, one coherent
-answer in the record and the SSE log, and the poison-job guard.
+"""`kill -9` real worker processes mid-generation: redelivery to the next worker, which continues
+the answer from the tokens in the job's log (nothing repeated, nothing lost, one seamless stream
+for SSE and OpenAI clients), and the poison-job guard.
 
-The stack uses a 4 s visibility timeout (redelivery delay) and 1 s heartbeats, so a lost job
-comes back within seconds; a live worker renews what it holds, so long jobs are not redelivered.
+The stack runs the HF reference engine (the engine contract holds the others to the same
+continuation, tests/engine/test_engine_contract.py), with a 4 s visibility timeout (redelivery
+delay) and 1 s heartbeats, so a lost job comes back within seconds; a live worker renews what it
+holds, so long jobs are not redelivered.
 """
 import json
 import threading
 import time
 import uuid
 
+import openai
 import pytest
 import requests
 
@@ -17,7 +21,7 @@ from common.celery_app import TASK_TICKET, make_celery
 from common.sseclient import iter_sse
 from tests.support.servers import LiveServer
 from tests.support.settings import cleanup_namespace, make_settings
-from tests.support.waiting import wait_for_job
+from tests.support.waiting import wait_for_job, wait_until
 
 pytestmark = pytest.mark.slow
 VISIBILITY_S = 4
@@ -63,7 +67,7 @@ class Stack:
 @pytest.fixture(scope="module")
 def stack(start_worker, model_ref):
     settings = make_settings(visibility_timeout_s=VISIBILITY_S, broker_restore_interval_s=1,
-                             heartbeat_s=1, max_attempts=3)
+                             heartbeat_s=1, max_attempts=3, engine="hf")
     stack = Stack(start_worker, settings)
     yield stack
     stack.server.stop()
@@ -96,33 +100,129 @@ def unacked_message_age(stack, job_id):
     return None
 
 
-def test_a_killed_workers_job_is_redelivered_and_streams_one_coherent_answer(stack):
+def assert_one_seamless_answer(events, final):
+    """An SSE client's events of a job continued after a crash: numbered chunks from 0 with no
+    gap, no `restart`, the record's text, and the usage of the whole answer."""
+    names = [e.event for e in events]
+    assert "restart" not in names and names[-1] == "done", names
+    chunks = [e.json() for e in events if e.event == "chunk"]
+    assert [c["index"] for c in chunks] == list(range(len(chunks)))
+    assert "".join(c["text"] for c in chunks) == final["text"]
+    done = events[-1].json()
+    assert done["status"] == "succeeded" and done["usage"]["completion_tokens"] == final["usage"]["completion_tokens"]
+
+
+class OpenAIStream(threading.Thread):
+    """A streamed completion through the `openai` package, kept open across the crash."""
+
+    def __init__(self, url, model, prompt=COUNTING["prompt"], max_tokens=COUNTING["max_tokens"], **extra_body):
+        super().__init__(daemon=True)
+        self.client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+        self.request = dict(model=model, prompt=prompt, max_tokens=max_tokens, temperature=0, stream=True,
+                            extra_body={"cache": False, **extra_body})
+        self.deltas, self.finish_reason, self.error, self.job_id = [], None, None, None
+        self.start()
+
+    def run(self):
+        try:
+            for chunk in self.client.completions.create(**self.request):
+                self.job_id = chunk.id.removeprefix("cmpl-")
+                self.deltas.append(chunk.choices[0].text)
+                self.finish_reason = chunk.choices[0].finish_reason or self.finish_reason
+        except openai.APIError as exc:
+            self.error = exc
+
+
+def test_a_killed_workers_streamed_job_continues_where_it_stopped(stack, model_ref):
+    """The job's worker is killed mid-answer while an OpenAI streaming client and an SSE client
+    follow it; the next worker continues from the tokens logged, and both clients see one answer
+    with nothing repeated or lost, equal to the same greedy request run without a crash."""
     first = stack.start()
-    job_id = stack.submit(**COUNTING)
+    stream = OpenAIStream(stack.url, model_ref.name)
+    wait_until(lambda: stream.job_id is not None, timeout=300)
+    job_id = stream.job_id
     listener = Listener(stack.url, job_id)
     partial = stack.wait_until_generating(job_id)
+    wait_until(lambda: any(e.event == "chunk" for e in listener.events), timeout=60)
     first.kill()  # SIGKILL, mid-generation
     assert stack.job(job_id)["status"] == "running" and partial["attempts"] == 1
 
     stack.start()
-    reference_id = stack.submit(**COUNTING)  # the same greedy request, run cleanly
     final = wait_for_job(stack.url, job_id, timeout=600)
     assert final["status"] == "succeeded" and final["finish_reason"] == "length", final
-    assert final["attempts"] == 2
+    assert final["attempts"] == 2 and final["usage"]["completion_tokens"] == COUNTING["max_tokens"]
+    assert final["text"].startswith(partial["text"])  # what was sent before the crash stands
 
+    listener.join(60)
+    stream.join(60)
+    assert_one_seamless_answer(listener.events, final)
+    assert stream.error is None and stream.finish_reason == "length"
+    assert "".join(stream.deltas) == final["text"]
+    # a clean run says exactly the same: the continuation is exact on the reference engine
+    reference = wait_for_job(stack.url, stack.submit(**COUNTING), timeout=600)
+    assert reference["text"] == final["text"] and reference["attempts"] == 1
+
+
+def json_numbers(count):
+    """A response_format asking for exactly `count` numbers: a long answer, to kill mid-way."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["numbers"],
+              "properties": {"numbers": {"type": "array", "minItems": count, "maxItems": count,
+                                         "items": {"type": "integer", "minimum": 0, "maximum": 999}}}}
+    return {"type": "json_schema", "json_schema": {"name": "numbers", "schema": schema}}
+
+
+def test_a_killed_workers_json_answer_continues_as_valid_json(stack):
+    """Structured output: the new attempt's grammar is advanced over the tokens generated before
+    (HF engine), so the answer continued after the crash still parses and follows the schema."""
+    if stack.worker is None or stack.worker.proc.poll() is not None:
+        stack.start()
+    body = {"prompt": "Thirty numbers as JSON:", "max_tokens": 200, "temperature": 0, "cache": False,
+            "response_format": json_numbers(30)}
+    job_id = stack.submit(**body)
+    listener = Listener(stack.url, job_id)
+    partial = stack.wait_until_generating(job_id)
+    stack.worker.kill()
+    stack.start()
+    final = wait_for_job(stack.url, job_id, timeout=600)
+    assert final["status"] == "succeeded" and final["finish_reason"] == "stop", final
+    assert final["attempts"] == 2 and final["text"].startswith(partial["text"])
+    assert len(json.loads(final["text"])["numbers"]) == 30
+    listener.join(60)
+    assert_one_seamless_answer(listener.events, final)
+    reference = wait_for_job(stack.url, stack.submit(**body), timeout=600)
+    assert reference["text"] == final["text"]
+
+
+def test_a_job_that_cannot_be_continued_starts_over_and_an_openai_stream_is_told(stack, model_ref):
+    """OpenVINO's structured output cannot be given the tokens generated before: the job starts
+    over, SSE clients get a `restart` saying why, and an OpenAI stream, which cannot take back
+    what it sent, ends with a `worker_lost` error; its client has left, so its job is cancelled
+    (`cancel_on_disconnect`)."""
+    if stack.worker is not None:
+        stack.worker.kill()
+    first = stack.start(engine="openvino")
+    stream = OpenAIStream(stack.url, model_ref.name, prompt="Eighty numbers as JSON:", max_tokens=500,
+                          response_format=json_numbers(80))  # OpenVINO is quick: a long answer
+    wait_until(lambda: stream.job_id is not None, timeout=300)
+    job_id = stream.job_id
+    listener = Listener(stack.url, job_id)
+    stack.wait_until_generating(job_id)
+    first.kill()
+    stack.start(engine="openvino")
+    final = wait_for_job(stack.url, job_id, timeout=600)
+    assert final["status"] == "cancelled" and final["attempts"] == 2
+    stream.join(60)
+    assert isinstance(stream.error, openai.APIError) and stream.error.body["code"] == "worker_lost"
     listener.join(60)
     names = [e.event for e in listener.events]
     assert names.count("restart") == 1 and names[-1] == "done"
-    cut = names.index("restart")
-    before, restart, after = listener.events[:cut], listener.events[cut], listener.events[cut + 1:-1]
-    assert before and all(e.event == "chunk" for e in before)  # what the lost attempt had said
-    assert restart.json()["attempt"] == 2
-    assert [e.json()["index"] for e in after] == list(range(len(after)))
-    assert "".join(e.json()["text"] for e in after) == final["text"]
-    assert listener.events[-1].json()["status"] == "succeeded"
-    # a clean run says exactly the same: nothing of the lost attempt leaked into the answer
-    reference = wait_for_job(stack.url, reference_id, timeout=600)
-    assert reference["text"] == final["text"] and reference["attempts"] == 1
+    restart = listener.events[names.index("restart")].json()
+    assert restart["attempt"] == 2 and "cannot continue structured output" in restart["reason"]
+    after = [e.json() for e in listener.events[names.index("restart") + 1:-1]]
+    assert [c["index"] for c in after] == list(range(len(after)))
+    assert "".join(c["text"] for c in after) == final["text"]
+    stack.worker.kill()  # the next tests start the module's own (HF) worker
+    stack.worker = None
 
 
 def test_a_live_workers_job_is_not_redelivered_however_long_it_holds_it(stack, model_ref):
@@ -173,3 +273,45 @@ def test_a_job_that_keeps_killing_workers_is_failed_not_retried_forever(stack):
     # the worker that refused it is fine and serves the next job
     ok = wait_for_job(stack.url, stack.submit(prompt="Hello", max_tokens=4, cache=False), timeout=300)
     assert ok["status"] == "succeeded"
+
+
+class ResponsesStream(threading.Thread):
+    """A streamed background response through the `openai` package, kept open across the crash."""
+
+    def __init__(self, url, model):
+        super().__init__(daemon=True)
+        self.client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=600)
+        self.request = dict(model=model, input="Count from 1 to 100, separated by commas.", background=True,
+                            stream=True, max_output_tokens=COUNTING["max_tokens"], temperature=0,
+                            extra_body={"cache": False})
+        self.events, self.error, self.job_id = [], None, None
+        self.start()
+
+    def run(self):
+        try:
+            for event in self.client.responses.create(**self.request):
+                self.job_id = self.job_id or event.response.id.removeprefix("resp_")
+                self.events.append(event)
+        except openai.APIError as exc:
+            self.error = exc
+
+
+def test_a_killed_workers_background_response_streams_on_to_completion(stack, model_ref):
+    """A Responses stream in background mode follows its job across a kill -9 of its worker: its
+    events stay numbered without a gap, none is an error, and its deltas are the stored answer."""
+    first = stack.start()
+    stream = ResponsesStream(stack.url, model_ref.name)
+    wait_until(lambda: stream.job_id is not None, timeout=300)
+    partial = stack.wait_until_generating(stream.job_id)
+    first.kill()
+    stack.start()
+    final = wait_for_job(stack.url, stream.job_id, timeout=600)
+    stream.join(60)
+    assert stream.error is None and final["status"] == "succeeded" and final["attempts"] == 2
+    assert final["text"].startswith(partial["text"])
+    events = stream.events
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type in ("response.completed", "response.incomplete")
+    deltas = "".join(e.delta for e in events if e.type == "response.output_text.delta")
+    stored = stream.client.responses.retrieve(events[-1].response.id)
+    assert deltas == events[-1].response.output_text == stored.output_text == final["text"]

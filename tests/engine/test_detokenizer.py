@@ -42,3 +42,25 @@ def test_multibyte_characters_are_emitted_whole(model_ref):
     deltas = [detok.add(i) for i in ids] + [detok.flush()]
     assert "".join(deltas) == text
     assert all("\ufffd" not in d for d in deltas)
+
+
+def test_a_resumed_detokenizer_carries_on_at_any_boundary_without_repeating_or_breaking_text(model_ref):
+    """A job continued after a crash: the new attempt's detokenizer takes up the lost attempt's
+    token ids and the text it sent; cut anywhere (inside a character's bytes, inside a held-back
+    start of a stop string), the two attempts' text is the text, each character whole."""
+    tok = AutoTokenizer.from_pretrained(model_ref.path)
+    text, stop = "Café 😀 naïve — 日本語 and more", ("日本X",)
+    ids = tok.encode(text, add_special_tokens=False)
+    for cut in range(len(ids) + 1):
+        before = IncrementalDetokenizer(tok, stop)
+        sent = "".join(before.add(i) for i in ids[:cut])
+        after = IncrementalDetokenizer(tok, stop)
+        assert after.resume(ids[:cut], sent)
+        rest = [after.add(i) for i in ids[cut:]] + [after.flush()]
+        assert sent + "".join(rest) == text, cut
+        assert all("\ufffd" not in d for d in rest)
+
+
+def test_resuming_from_ids_that_do_not_give_the_text_sent_is_refused():
+    assert not IncrementalDetokenizer(CharTokenizer()).resume([ord(c) for c in "abc"], "abd")
+    assert IncrementalDetokenizer(CharTokenizer()).resume([ord(c) for c in "abc"], "ab")

@@ -14,7 +14,9 @@ import pytest
 from tests.support.engines import token_ids
 from tests.support.fakes import run_to_end
 from tests.support.settings import make_settings
-from worker.engine.sequence import EngineRequest, ResponseFormat, Sampling
+from worker.engine.detokenizer import IncrementalDetokenizer
+from worker.engine.protocol import ContinuationRefused
+from worker.engine.sequence import Continued, EngineRequest, ResponseFormat, Sampling
 
 pytestmark = pytest.mark.slow
 
@@ -114,6 +116,59 @@ def test_json_object_output_is_an_object(engine, prompts):
         assert isinstance(json.loads(text), dict)
     else:  # cut at max_tokens: still the start of an object
         assert text.lstrip().startswith("{")
+
+
+def run_alone(engine, request):
+    """One request on its own: its token ids, its text and its final output."""
+    engine.add_request(request)
+    ids, text, final = [], "", None
+    while engine.has_unfinished():
+        for out in engine.step():
+            ids, text = ids + out.new_token_ids, text + out.text
+            final = out if out.finished else final
+    return ids, text, final
+
+
+def continue_after(engine, request, ids, cut):
+    """`request` taken up again after its first `cut` tokens, as a job whose worker died: the text
+    sent then is what a detokenizer had released from those tokens."""
+    detok = IncrementalDetokenizer(engine.tokenizer, request.sampling.stop)
+    sent = "".join(detok.add(token) for token in ids[:cut])
+    continued = EngineRequest(f"{request.request_id}-continued", request.prompt_token_ids, request.sampling,
+                              Continued(tuple(ids[:cut]), sent))
+    return sent, continued
+
+
+def test_a_continued_request_says_what_an_uninterrupted_one_would(engine, prompts):
+    """Greedy: the continuation, prefilled with the tokens generated before, goes on with the
+    very tokens the uninterrupted run decoded; usage and max_tokens count both parts."""
+    request = EngineRequest("whole", prompts[2], Sampling(max_tokens=24, temperature=0))
+    ids, text, final = run_alone(engine, request)
+    assert final.finish_reason == "length" and len(ids) == 24
+    sent, continued = continue_after(engine, request, ids, 9)
+    rest_ids, rest, rest_final = run_alone(engine, continued)
+    assert sent + rest == text and rest_ids == ids[9:]
+    assert (rest_final.finish_reason, rest_final.completion_tokens) == ("length", 24)
+    assert rest_final.prompt_tokens == len(prompts[2])
+
+
+def test_a_continued_json_answer_stays_json_where_the_engine_can_continue_it(engine, prompts):
+    """The HF engine advances the request's grammar over the tokens generated before; OpenVINO's
+    and vLLM's structured output cannot be given them, so they refuse (the job then starts over)."""
+    schema = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 20}},
+              "required": ["city"], "additionalProperties": False}
+    sampling = Sampling(max_tokens=60, temperature=0, response_format=ResponseFormat("json_schema", json.dumps(schema)))
+    request = EngineRequest("json-whole", prompts[0], sampling)
+    ids, text, final = run_alone(engine, request)
+    assert final.finish_reason == "stop" and set(json.loads(text)) == {"city"}
+    sent, continued = continue_after(engine, request, ids, 3)
+    if engine.kind != "hf":
+        with pytest.raises(ContinuationRefused):
+            engine.add_request(continued)
+        return
+    _, rest, rest_final = run_alone(engine, continued)
+    assert rest_final.finish_reason == "stop" and json.loads(sent + rest) == json.loads(text)
+    assert sent + rest == text
 
 
 @pytest.fixture(scope="module")

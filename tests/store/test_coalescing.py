@@ -157,3 +157,42 @@ def test_followers_share_the_primarys_end_whatever_it_is(store, settings):
     assert store.finish(first, JobStatus.FAILED, finish_reason="error", error={"type": "x", "message": "y"}) \
         == [first, second]
     assert store.get(second)["status"] == "failed" and store.get(second)["error"]["type"] == "x"
+
+
+def lose_first_attempt(store, job_id, text):
+    """Attempt 1 of `job_id` on w1 logs `text` (with its token ids) to it and its followers; w1 dies."""
+    assert store.start(job_id, "w1", max_attempts=2) == ("start", 1)
+    assert store.log.append_chunk(job_id, 1, {"index": 0, "text": text}, token_ids=[ord(c) for c in text],
+                                  text=text)
+    store.r.delete(store.keys.lease(job_id))  # w1 died: its lease lapses
+
+
+def test_followers_ride_on_into_the_continuation_of_a_lost_workers_job(store, settings):
+    first = primary(store)
+    second = follower(store, first)
+    lose_first_attempt(store, first, ANSWER[:8])
+    job_runner, _ = make_runner(store, settings, {first: ANSWER[8:]})
+    assert job_runner.run(first)["status"] == "succeeded"
+    for job in (first, second):
+        assert store.get(job)["text"] == ANSWER == text_of(store, job)
+        events = events_of(store, job)
+        assert "restart" not in [e for e, _ in events]
+        chunks = [d["index"] for e, d in events if e == "chunk"]
+        assert chunks == list(range(len(chunks)))
+
+
+def test_a_carriers_lost_generation_starts_over_for_its_followers(store, settings):
+    """A primary whose own client left carries on for its followers, but its own log stopped
+    then: the next attempt cannot read the answer from it, so the followers get a `restart`."""
+    first = primary(store)
+    second = follower(store, first)
+    lose_first_attempt(store, first, "lost ")
+    assert store.request_cancel(first) == "cancelled"  # a carrier now
+    job_runner, _ = make_runner(store, settings, {first: ANSWER})
+    job_runner.run(first)
+    assert store.get(second)["status"] == "succeeded" and store.get(second)["text"] == ANSWER
+    events = events_of(store, second)
+    cut = [e for e, _ in events].index("restart")
+    assert "its own client left" in events[cut][1]["reason"]
+    assert "".join(d["text"] for e, d in events[cut:] if e == "chunk") == ANSWER
+    assert store.get(first)["status"] == "cancelled"

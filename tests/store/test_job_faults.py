@@ -1,4 +1,5 @@
-"""Redelivery, fencing, poison jobs, deadlines and Redis hiccups, driven in-process.
+"""Redelivery (continuing from the log, or starting over), fencing, poison jobs, deadlines and
+Redis hiccups, driven in-process.
 
 The job runner runs against the real Redis with a scripted engine (no model), so each fault can
 be staged exactly: a second delivery, a lapsed lease, a stale attempt writing late, a deadline.
@@ -24,37 +25,107 @@ def settings():
         yield settings
 
 
-def test_redelivery_restarts_cleanly_and_the_stale_attempt_is_fenced_off(store, settings):
-    job = queue_job(store)
+def ids_of(text):
+    """The scripted engine's token ids of `text` (one per character: tests.support.fakes)."""
+    return [ord(c) for c in text]
+
+
+def lose_first_attempt(store, job, chunks):
+    """Attempt 1 of `job` on w1 logs `chunks` (texts, with their token ids), then w1 dies."""
     assert store.start(job, "w1", max_attempts=2) == ("start", 1)
-    assert store.log.append_chunk(job, 1, {"index": 0, "text": "stale "}, text="stale ")
+    text = ""
+    for index, chunk in enumerate(chunks):
+        text += chunk
+        assert store.log.append_chunk(job, 1, {"index": index, "text": chunk}, token_ids=ids_of(chunk),
+                                      text=text, completion_tokens=len(text))
     # a second delivery while w1's lease lives is a duplicate and changes nothing
     assert store.start(job, "w2", max_attempts=2) == ("duplicate", 1)
     store.r.delete(store.keys.lease(job))  # w1 died: its lease lapses
 
-    job_runner, _ = make_runner(store, settings, {job: "fresh answer"})
+
+def test_a_redelivered_job_continues_from_its_log_and_the_stale_attempt_is_fenced_off(store, settings):
+    job = queue_job(store, max_tokens=10)
+    lose_first_attempt(store, job, ["Hel", "lo "])
+
+    job_runner, runner = make_runner(store, settings, {job: "world and more"})  # the rest, as the model says it
     result = job_runner.run(job)
 
+    # the engine got the prompt followed by the tokens generated before, and 10 - 6 tokens to go
+    assert runner.prompts[job] == [1, *ids_of("Hello ")]
     record = store.get(job)
     assert result["status"] == "succeeded" and record["status"] == "succeeded"
-    assert record["attempts"] == 2 and record["text"] == "fresh answer"
+    assert record["attempts"] == 2 and record["text"] == "Hello worl" and record["finish_reason"] == "length"
+    assert record["completion_tokens"] == 10  # usage counts both attempts' tokens
     events = events_of(store, job)
-    assert events[0] == ("chunk", {"index": 0, "text": "stale "})
-    assert events[1] == ("restart", {"attempt": 2, "reason": "the previous attempt lost its worker"})
-    after = events[2:]
+    assert "restart" not in [e for e, _ in events]
+    chunks = [d for e, d in events if e == "chunk"]
+    assert [c["index"] for c in chunks] == list(range(len(chunks)))  # the numbering carries on
+    assert "".join(c["text"] for c in chunks) == record["text"]
+    assert events[-1][0] == "done" and events[-1][1]["usage"]["completion_tokens"] == 10
+    # the stale attempt wakes up: nothing it writes lands
+    assert not store.log.append_chunk(job, 1, {"index": 2, "text": "zombie"}, text="Hello zombie")
+    assert not store.finish(job, JobStatus.FAILED, attempt=1, finish_reason="error")
+    assert store.get(job)["text"] == "Hello worl" and len(events_of(store, job)) == len(events)
+
+    # a fresh SSE replay is one seamless answer
+    client = create_app(settings).test_client()
+    replay = list(iter_sse(client.get(f"/v1/jobs/{job}/events").get_data(as_text=True).splitlines()))
+    assert [e.event for e in replay if e.event != "chunk"] == ["done"]
+    assert "".join(e.json()["text"] for e in replay if e.event == "chunk") == "Hello worl"
+
+
+def test_a_job_whose_log_was_trimmed_starts_over_with_a_restart_event(store, settings):
+    job = queue_job(store)
+    lose_first_attempt(store, job, ["lost ", "text "])
+    store.r.xtrim(store.keys.events(job), maxlen=1, approximate=False)  # the log's cap dropped the first chunk
+
+    job_runner, runner = make_runner(store, settings, {job: "fresh answer"})
+    assert job_runner.run(job)["status"] == "succeeded"
+
+    record = store.get(job)
+    assert record["attempts"] == 2 and record["text"] == "fresh answer"
+    assert runner.prompts[job] == [1]  # from the start
+    events = events_of(store, job)
+    cut = [e for e, _ in events].index("restart")
+    assert events[cut][1]["attempt"] == 2
+    assert events[cut][1]["reason"].startswith("the previous attempt lost its worker, and its answer cannot")
+    after = events[cut + 1:]
     assert [d["index"] for e, d in after if e == "chunk"] == list(range(len(after) - 1))
     assert "".join(d["text"] for e, d in after if e == "chunk") == "fresh answer"
-    assert after[-1][0] == "done" and after[-1][1]["status"] == "succeeded"
-    # the stale attempt wakes up: nothing it writes lands
-    assert not store.log.append_chunk(job, 1, {"index": 1, "text": "zombie"}, text="stale zombie")
-    assert not store.finish(job, JobStatus.FAILED, attempt=1, finish_reason="error")
-    assert store.get(job)["text"] == "fresh answer" and len(events_of(store, job)) == len(events)
-
-    # a fresh SSE replay shows only the surviving attempt, announced by its `restart`
+    # a fresh SSE replay shows only the new run, announced by its `restart`
     client = create_app(settings).test_client()
     replay = list(iter_sse(client.get(f"/v1/jobs/{job}/events").get_data(as_text=True).splitlines()))
     assert [e.event for e in replay][0] == "restart"
     assert "".join(e.json()["text"] for e in replay if e.event == "chunk") == "fresh answer"
+
+
+def test_chunks_logged_without_their_token_ids_are_not_continued(store, settings):
+    """A log written before chunks kept their token ids (an older worker) cannot say where the
+    answer stands in tokens: the job starts over."""
+    job = queue_job(store)
+    assert store.start(job, "w1", max_attempts=2) == ("start", 1)
+    assert store.log.append_chunk(job, 1, {"index": 0, "text": "old "}, text="old ")
+    store.r.delete(store.keys.lease(job))
+    job_runner, _ = make_runner(store, settings, {job: "new"})
+    job_runner.run(job)
+    assert store.get(job)["text"] == "new"
+    events = [e for e, _ in events_of(store, job)]
+    assert events[:2] == ["chunk", "restart"] and events[-1] == "done" and "restart" not in events[2:]
+
+
+def test_an_answer_generated_whole_before_the_worker_died_only_gets_its_end(store, settings):
+    """The lost attempt logged its last chunk (which says the generation ended) but not the end:
+    the next attempt ends the job with that text and runs nothing."""
+    job = queue_job(store)
+    assert store.start(job, "w1", max_attempts=2) == ("start", 1)
+    assert store.log.append_chunk(job, 1, {"index": 0, "text": "all of it"}, token_ids=ids_of("all of it") + [0],
+                                  ended="stop", text="all of it")
+    store.r.delete(store.keys.lease(job))
+    job_runner, runner = make_runner(store, settings, {job: "never"})
+    assert job_runner.run(job)["status"] == "succeeded"
+    record = store.get(job)
+    assert (record["text"], record["finish_reason"], record["completion_tokens"]) == ("all of it", "stop", 10)
+    assert runner.calls == [] and [e for e, _ in events_of(store, job)] == ["chunk", "done"]
 
 
 def test_a_duplicate_delivery_waits_for_the_live_owner_and_does_not_run_twice(store, settings):

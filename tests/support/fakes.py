@@ -27,6 +27,7 @@ class ScriptedRunner:
         self.rows: list[str] = []
         self.produced: dict[str, int] = {}
         self.calls: list[tuple[str, list[str]]] = []
+        self.prompts: dict[str, list[int]] = {}  # the prompt each request was prefilled with
 
     def _logits(self, ids: list[str]) -> torch.Tensor:
         logits = torch.zeros(len(ids), VOCAB)
@@ -39,6 +40,7 @@ class ScriptedRunner:
 
     def prefill(self, request_ids, prompts):
         self.calls.append(("prefill", list(request_ids)))
+        self.prompts.update(zip(request_ids, map(list, prompts)))
         self.rows += request_ids
         return self._logits(request_ids)
 

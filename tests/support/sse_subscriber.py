@@ -18,5 +18,5 @@ class SseSubscriber(threading.Thread):
     def run(self) -> None:
         follow_job(self.base, self.job_id, self.timeout, answer=self.answer)
 
-    def __getattr__(self, name):  # text, done, restarts, reconnects, chunks, out_of_order
+    def __getattr__(self, name):  # text, done, restarts, rewinds, reconnects, chunks, out_of_order
         return getattr(self.__dict__["answer"], name)

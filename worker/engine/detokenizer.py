@@ -41,6 +41,19 @@ class IncrementalDetokenizer:
         self._apply_stop()
         return self._release(final=self.stopped)
 
+    def resume(self, ids: list[int] | tuple[int, ...], emitted_text: str) -> bool:
+        """Take up an answer whose `ids` were generated and whose `emitted_text` was handed out
+        already (by another detokenizer, before a crash): the next tokens decode in the context
+        of those ids, so a character split across the boundary comes out whole, and text that
+        was held back then (a possible stop string, an incomplete character) comes out now.
+        False when the ids do not decode to that text."""
+        for token in ids:
+            self.add(token)
+        if self.stopped or not self.text.startswith(emitted_text):
+            return False
+        self.emitted = len(emitted_text)
+        return True
+
     def flush(self) -> str:
         """At the end of generation: release whatever was held back."""
         return self._release(final=True)

@@ -2,7 +2,9 @@
 
 The reference engine, and the one that serves any model transformers loads. Text, stop strings
 and finish reasons come from the shared `output.OutputProcessor`; JSON output (response_format)
-is enforced here, by masking logits with an xgrammar matcher per request.
+is enforced here, by masking logits with an xgrammar matcher per request. A request that
+continues an answer (`EngineRequest.continued`) prefills its prompt and the tokens generated
+before, its matcher advanced over them: the same tokens a run that was never interrupted decodes.
 """
 from __future__ import annotations
 
@@ -14,10 +16,10 @@ import torch
 from common.schemas import FinishReason
 from worker.engine.detokenizer import Decoder
 from worker.engine.output import OutputProcessor
-from worker.engine.protocol import EngineStats
+from worker.engine.protocol import ContinuationRefused, EngineStats
 from worker.engine.sampler import make_generator, raw_logprobs, sample, token_logprobs
 from worker.engine.scheduler import Scheduler
-from worker.engine.sequence import EngineRequest, RequestOutput, Sequence, TokenLogprobs
+from worker.engine.sequence import EngineRequest, RequestOutput, Sequence, TokenLogprobs, model_request
 
 if TYPE_CHECKING:
     from xgrammar import GrammarMatcher
@@ -56,26 +58,35 @@ class LLMEngine:
         self._generators: dict[str, torch.Generator] = {}
         self._seqs: dict[str, Sequence] = {}
         self._matchers: dict[str, GrammarMatcher] = {}  # request id -> its grammar matcher (JSON output)
+        self._earlier: dict[str, list[int]] = {}  # a continued request's tokens generated before
 
     # --- requests -------------------------------------------------------------------------
     def add_request(self, request: EngineRequest) -> None:
-        self.processor.check_new(request)
+        detok = self.processor.check_new(request)
         matcher = self._matcher_for(request)
-        seq = Sequence(request)
+        seq = Sequence(model_request(request))
         self.scheduler.add(seq)
         if matcher is not None:
             self._matchers[seq.id] = matcher
+        if request.continued is not None:  # the penalties count the tokens generated before too
+            self._earlier[seq.id] = list(request.continued.token_ids)
         self._seqs[seq.id] = seq
         self._generators[seq.id] = make_generator(request.sampling)
-        self.processor.add(request)
+        self.processor.add(request, detok)
 
     def _matcher_for(self, request: EngineRequest):
+        """The request's grammar matcher; for a continued request, advanced over the tokens
+        generated before, so the JSON goes on where it stopped."""
         fmt = request.sampling.response_format
         if fmt is None:
             return None
         if self.structured is None:
             raise ValueError("this engine does not support response_format (structured output)")
-        return self.structured.matcher(fmt)
+        matcher = self.structured.matcher(fmt)
+        for token in request.continued.token_ids if request.continued else ():
+            if not matcher.accept_token(token):
+                raise ContinuationRefused(f"token {token} generated before does not fit the grammar")
+        return matcher
 
     def abort_request(self, request_id: str) -> None:
         self.processor.cancel(request_id)
@@ -132,7 +143,9 @@ class LLMEngine:
         raw = raw_logprobs(logits, params)  # before the masks, which edit `logits` in place
         if self._matchers:
             self.structured.mask(logits, [self._matchers.get(s.id) for s in seqs])
-        tokens = sample(logits, params, [self._generators[s.id] for s in seqs], [s.output_token_ids for s in seqs])
+        tokens = sample(logits, params, [self._generators[s.id] for s in seqs],
+                        [self._earlier.get(s.id, []) + s.output_token_ids if s.id in self._earlier
+                         else s.output_token_ids for s in seqs])
         return tokens, [token_logprobs(raw[row], token, p.top_logprobs) if p.logprobs else None
                         for row, (token, p) in enumerate(zip(tokens, params))]
 
@@ -162,6 +175,7 @@ class LLMEngine:
         self.runner.release([seq.id])
         self._generators.pop(seq.id, None)
         self._matchers.pop(seq.id, None)
+        self._earlier.pop(seq.id, None)
 
 
 def build(settings, model) -> tuple[LLMEngine, dict]:

@@ -12,7 +12,7 @@ import threading
 import time
 
 from common.schemas import FinishReason
-from worker.engine.protocol import Engine
+from worker.engine.protocol import ContinuationRefused, Engine
 from worker.engine.sequence import EngineRequest, RequestOutput
 
 log = logging.getLogger(__name__)
@@ -140,9 +140,10 @@ class EngineLoop:
         try:
             self.engine.add_request(request)
         except ValueError as exc:  # request-level error: only this request fails
+            refused = isinstance(exc, ContinuationRefused)  # the job runner starts it over
             stream.put(RequestOutput(request.request_id, "", [], finished=True, finish_reason=FinishReason.ERROR,
                                      prompt_tokens=len(request.prompt_token_ids), error=str(exc),
-                                     error_type="invalid_request"))
+                                     error_type="continuation_refused" if refused else "invalid_request"))
             return
         self._streams[request.request_id] = stream
 

@@ -27,8 +27,8 @@ from common.schemas import FinishReason
 from worker.engine import child_hygiene
 from worker.engine.detokenizer import Decoder, load_tokenizer
 from worker.engine.output import OutputProcessor
-from worker.engine.protocol import EngineStats
-from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, TokenLogprobs
+from worker.engine.protocol import ContinuationRefused, EngineStats
+from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, TokenLogprobs, model_request
 
 log = logging.getLogger(__name__)
 
@@ -214,19 +214,25 @@ class OpenVINOEngine:
 
     # --- requests -------------------------------------------------------------------------
     def add_request(self, request: EngineRequest) -> None:
+        """A continued request runs with its generated tokens after its prompt; one with JSON
+        output is refused (`ContinuationRefused`): the pipeline's structured output constrains a
+        request's output from its start, and cannot be advanced over tokens given in the prompt."""
         from worker.engine.structured import json_grammar
 
-        self.processor.check_new(request)
+        detok = self.processor.check_new(request)
+        if request.continued is not None and request.sampling.response_format is not None:
+            raise ContinuationRefused("OpenVINO GenAI cannot continue structured output from generated tokens")
+        model = model_request(request)
         capacity = self.info.get("kv_capacity_tokens")
-        if capacity and len(request.prompt_token_ids) >= capacity:
-            raise ValueError(f"the prompt ({len(request.prompt_token_ids)} tokens) does not fit the "
+        if capacity and len(model.prompt_token_ids) >= capacity:
+            raise ValueError(f"the prompt ({len(model.prompt_token_ids)} tokens) does not fit the "
                              f"KV cache ({capacity} tokens; LLMQ_KV_CACHE_MB)")
         if request.sampling.response_format is not None:
             json_grammar(request.sampling.response_format)  # a schema no grammar enforces: refused here
         if request.sampling.logprobs and (reason := engine_refusal("openvino", request.sampling.top_logprobs)):
             raise ValueError(reason)
-        self.processor.add(request)
-        self._waiting.append(request)
+        self.processor.add(request, detok)
+        self._waiting.append(model)
         self._send_what_fits()
 
     def abort_request(self, request_id: str) -> None:

@@ -12,6 +12,8 @@ optimum-intel pins an older transformers than vLLM's CPU build needs, so the exp
 environment of its own (`.venv-export`, made by `install_openvino_exporter` in ops/common.sh) and
 runs as a subprocess; the worker's own environment needs only `openvino-genai`. Whatever cannot
 be read or exported raises `OpenVINOUnavailable`, and the worker falls back to the HF engine.
+OpenVINO's tools there report usage unless declined: `run_exporter` declines it first
+(common/no_telemetry.py).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ import sys
 from pathlib import Path
 
 from common.models import ModelRef, build_once
+from common.no_telemetry import decline_openvino_telemetry
 from worker.engine.protocol import EngineUnavailable
 
 log = logging.getLogger(__name__)
@@ -117,7 +120,15 @@ def _export(python: Path, model: ModelRef, weights: str, out: Path) -> None:
              model.name, weights, out.parent)
     command = [str(python.parent / "optimum-cli"), "export", "openvino",
                "-m", str(model.path), "--task", "text-generation-with-past", *EXPORT_FORMATS[weights], str(out)]
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = run_exporter(command)
     if done.returncode != 0 or not (out / "openvino_model.xml").exists():
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
         raise OpenVINOUnavailable(f"exporting {model.name} to OpenVINO IR failed:\n{tail}")
+
+
+def run_exporter(command: list[str]) -> subprocess.CompletedProcess:
+    """Run a program of the exporter's environment, its output captured. Its OpenVINO converter
+    and NNCF send usage data and keep a client id unless the user declined: llmq declines for
+    the user who has not chosen (and the environment, `common.no_telemetry.OFF`, is inherited)."""
+    decline_openvino_telemetry()
+    return subprocess.run(command, capture_output=True, text=True)

@@ -3,7 +3,9 @@
 Each engine hands over each step's new token ids per request (and, where it decides that itself,
 why a request ended); this processor turns them into text with one `IncrementalDetokenizer` per
 request and decides the end: EOS, a stop string, `max_tokens`, a cancel, an error. So text, usage
-and finish reasons are identical whichever engine runs. A request that ends here while its engine
+and finish reasons are identical whichever engine runs. A request that continues an answer
+(`EngineRequest.continued`) is tracked as the whole request: its counts and `max_tokens` include
+the tokens generated before, and its text starts after the text already sent. A request that ends here while its engine
 would go on (a stop string) must then be dropped by the engine: `advance` says so.
 """
 from __future__ import annotations
@@ -13,7 +15,7 @@ from dataclasses import dataclass
 
 from common.schemas import FinishReason
 from worker.engine.detokenizer import Decoder, IncrementalDetokenizer
-from worker.engine.protocol import EngineStats
+from worker.engine.protocol import ContinuationRefused, EngineStats
 from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, TokenLogprobs
 from worker.engine.token_text import TokenTexts
 
@@ -22,7 +24,8 @@ from worker.engine.token_text import TokenTexts
 class _Tracked:
     request: EngineRequest
     detok: IncrementalDetokenizer
-    seen: int = 0  # output token ids received so far
+    seen: int = 0  # output token ids so far (a continued request's earlier ones included)
+    start: int = 0  # of which generated before this engine took it (a continued request)
 
 
 class OutputProcessor:
@@ -40,17 +43,26 @@ class OutputProcessor:
         self._cancelled: list[str] = []
 
     # --- requests ---------------------------------------------------------------------------
-    def check_new(self, request: EngineRequest) -> None:
-        """The guards every engine applies before it takes a request (ValueError: fail it alone)."""
+    def check_new(self, request: EngineRequest) -> IncrementalDetokenizer:
+        """The guards every engine applies before it takes a request (ValueError: fail it alone),
+        and the request's detokenizer, which a continued request's generated tokens have
+        already been through (`ContinuationRefused` if they do not give its text)."""
         if request.request_id in self._tracked:
             raise ValueError(f"request {request.request_id} is already in the engine")
         if not request.prompt_token_ids:
             raise ValueError("empty prompt")
+        detok = IncrementalDetokenizer(self.tokenizer, request.sampling.stop)
+        if request.continued is not None:
+            if len(request.continued.token_ids) >= request.sampling.max_tokens:
+                raise ContinuationRefused("its max_tokens are spent")
+            if not detok.resume(request.continued.token_ids, request.continued.text):
+                raise ContinuationRefused("its token ids do not decode to the text sent")
+        return detok
 
-    def add(self, request: EngineRequest) -> None:
-        """Track a request the engine has taken (after `check_new` and the engine's own checks)."""
-        self._tracked[request.request_id] = _Tracked(
-            request, IncrementalDetokenizer(self.tokenizer, request.sampling.stop))
+    def add(self, request: EngineRequest, detok: IncrementalDetokenizer) -> None:
+        """Track a request the engine has taken, with the detokenizer `check_new` made for it."""
+        seen = len(request.continued.token_ids) if request.continued else 0
+        self._tracked[request.request_id] = _Tracked(request, detok, seen, seen)
 
     def cancel(self, request_id: str) -> bool:
         """Mark a request cancelled; its end is reported by `take_cancelled`. False if it is not
@@ -87,7 +99,8 @@ class OutputProcessor:
 
     def is_new(self, request_id: str) -> bool:
         """No token received yet: its next step is its prefill."""
-        return not self._tracked[request_id].seen
+        tracked = self._tracked[request_id]
+        return tracked.seen == tracked.start
 
     # --- outputs ----------------------------------------------------------------------------
     def advance(self, request_id: str, new_ids: list[int], engine_reason: FinishReason | None = None,

@@ -40,7 +40,9 @@ class Engine(Protocol):
     stats: EngineStats
 
     def add_request(self, request: EngineRequest) -> None:
-        """Take a request; ValueError refuses it (and only it)."""
+        """Take a request; ValueError refuses it (and only it). A request that continues an
+        answer (`continued`) runs as `sequence.model_request` says, or is refused with
+        `ContinuationRefused`."""
 
     def abort_request(self, request_id: str) -> None:
         """Drop a request; the next `step` reports it finished with reason `cancelled`."""
@@ -60,6 +62,11 @@ class Engine(Protocol):
     def close(self) -> None:
         """Release what the engine holds outside this process, once the worker has finished its
         jobs (the OpenVINO core process; the others hold nothing that outlives them)."""
+
+
+class ContinuationRefused(ValueError):
+    """This engine cannot continue this answer from its generated tokens (`EngineRequest.continued`);
+    the job runner then starts the job over."""
 
 
 class EngineUnavailable(RuntimeError):

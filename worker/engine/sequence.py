@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from common.schemas import FinishReason
 
@@ -34,10 +34,31 @@ class Sampling:
 
 
 @dataclass(frozen=True)
+class Continued:
+    """The start of an answer that a lost attempt generated, for this request to continue: its
+    token ids and the text clients already received from them (common/continuation.py)."""
+
+    token_ids: tuple[int, ...]
+    text: str
+
+
+@dataclass(frozen=True)
 class EngineRequest:
     request_id: str
     prompt_token_ids: list[int]
     sampling: Sampling = Sampling()
+    continued: Continued | None = None
+
+
+def model_request(request: EngineRequest) -> EngineRequest:
+    """The request the model runs: a continued one's generated tokens join its prompt and its
+    `max_tokens` shrinks by as many. Its text, usage and finish are still the whole request's
+    (`output.OutputProcessor` tracks the request itself)."""
+    if request.continued is None:
+        return request
+    ids = request.continued.token_ids
+    return EngineRequest(request.request_id, [*request.prompt_token_ids, *ids],
+                         replace(request.sampling, max_tokens=request.sampling.max_tokens - len(ids)))
 
 
 class SeqState(enum.Enum):

@@ -21,8 +21,8 @@ from common.schemas import FinishReason
 from worker.engine import child_hygiene
 from worker.engine.detokenizer import Decoder, load_tokenizer
 from worker.engine.output import OutputProcessor
-from worker.engine.protocol import EngineStats
-from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, TokenLogprobs
+from worker.engine.protocol import ContinuationRefused, EngineStats
+from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, TokenLogprobs, model_request
 from worker.pinning import cpu_binding_env, parallel_layout, relay_delay_s
 
 log = logging.getLogger(__name__)
@@ -161,13 +161,19 @@ class VLLMEngine:
 
     # --- requests -------------------------------------------------------------------------
     def add_request(self, request: EngineRequest) -> None:
-        self.processor.check_new(request)
+        """A continued request runs with its generated tokens after its prompt; one with JSON
+        output is refused (`ContinuationRefused`): vLLM's structured outputs constrain a request's
+        output from its start, and cannot be advanced over tokens given in the prompt."""
+        detok = self.processor.check_new(request)
+        if request.continued is not None and request.sampling.response_format is not None:
+            raise ContinuationRefused("vLLM cannot continue structured output from generated tokens")
+        model = model_request(request)
         try:
-            self.core.add_request(request.request_id, {"prompt_token_ids": list(request.prompt_token_ids)},
-                                  self.sampling_params(request.sampling))
+            self.core.add_request(request.request_id, {"prompt_token_ids": list(model.prompt_token_ids)},
+                                  self.sampling_params(model.sampling))
         except Exception as exc:  # vLLM refused this request (e.g. too long): fail it alone
             raise ValueError(f"vLLM rejected the request: {exc}") from exc
-        self.processor.add(request)
+        self.processor.add(request, detok)
 
     def abort_request(self, request_id: str) -> None:
         if self.processor.cancel(request_id):
