@@ -26,6 +26,7 @@ from api.openai_api import _cancel_after_disconnect, _job_error, _wait_for_end
 from api.services import Services, services
 from api.sse import job_event_stream, streaming_response
 from api.submit import submit_job
+from common.errors import ApiError
 from common.logprobs import CompletionLogprobs, chat_logprobs, choice_logprobs
 from common.openai_format import Surface, error_body, sse_data
 from common.schemas import JobRequest, JobStatus
@@ -46,6 +47,9 @@ def sibling(req: JobRequest, index: int) -> JobRequest:
 
 
 def complete_choices(surface: Surface, body) -> Response:
+    if getattr(body, "tools", None):  # tool calls are parsed from one job's stream (api/openai_api.py)
+        param = "n" if body.choices > 1 else "logprobs"
+        raise ApiError(400, "unsupported_parameter", f"{param} is not supported with tools", param=param)
     svc = services()
     req = body.job_request()
     check_logprobs(svc, req)

@@ -23,6 +23,12 @@ ENGINE_TOP_LOGPROBS: dict[str, int] = {"hf": MAX_TOP_LOGPROBS, "vllm": MAX_TOP_L
 TOP_NEEDS_LOGPROBS = {"if": {"required": ["top_logprobs"],
                              "properties": {"top_logprobs": {"type": "integer", "minimum": 1}}},
                       "then": {"required": ["logprobs"], "properties": {"logprobs": {"const": True}}}}
+# ... and "n > 1 or logprobs, not with tools" (api/n_choices.py)
+_TOOLS = {"type": "array", "minItems": 1}
+NOT_WITH_TOOLS = [{"not": {"required": ["tools", "n"], "properties": {"tools": _TOOLS, "n": {"type": "integer",
+                                                                                           "minimum": 2}}}},
+                  {"not": {"required": ["tools", "logprobs"], "properties": {"tools": _TOOLS,
+                                                                             "logprobs": {"const": True}}}}]
 
 
 def engine_refusal(engine: str, top_logprobs: int) -> str | None:

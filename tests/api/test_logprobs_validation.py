@@ -29,6 +29,8 @@ def openai_error(resp, status=400):
     ({"logprobs": True, "top_logprobs": -1}, "top_logprobs"),
     ({"top_logprobs": 3}, "top_logprobs"),  # without logprobs: true, as OpenAI refuses it
     ({"logprobs": False, "top_logprobs": 3}, "top_logprobs"),
+    ({"n": 2, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "n"),
+    ({"logprobs": True, "tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "logprobs"),
 ])
 def test_bad_chat_values_are_400_naming_the_parameter(api, extra, param):
     error = openai_error(api.post("/v1/chat/completions", json={"model": MODEL, "messages": CHAT, **extra}))
