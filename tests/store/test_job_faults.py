@@ -74,6 +74,21 @@ def test_a_redelivered_job_continues_from_its_log_and_the_stale_attempt_is_fence
     assert "".join(e.json()["text"] for e in replay if e.event == "chunk") == "Hello worl"
 
 
+def test_a_continued_job_keeps_the_logprobs_its_lost_attempt_logged(store, settings):
+    job = queue_job(store, max_tokens=8, top_logprobs=0)
+    assert store.start(job, "w1", max_attempts=2) == ("start", 1)
+    earlier = [{"token": c, "logprob": -0.25, "bytes": [ord(c)], "top_logprobs": []} for c in "Hi "]
+    store.log.append_chunk(job, 1, {"index": 0, "text": "Hi ", "logprobs": earlier}, token_ids=ids_of("Hi "),
+                           text="Hi ", completion_tokens=3)
+    store.r.delete(store.keys.lease(job))  # w1 died
+
+    job_runner, _ = make_runner(store, settings, {job: "there"})
+    assert job_runner.run(job)["status"] == "succeeded"
+    record = store.get(job)
+    assert record["text"] == "Hi there" and record["logprobs"][:3] == earlier
+    assert "".join(e["token"] for e in record["logprobs"]) == "Hi there"
+
+
 def test_a_job_whose_log_was_trimmed_starts_over_with_a_restart_event(store, settings):
     job = queue_job(store)
     lose_first_attempt(store, job, ["lost ", "text "])
