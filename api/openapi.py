@@ -102,6 +102,12 @@ _JOB = {
         "links": {"type": "object", "additionalProperties": {"type": "string"}},
         "logprobs": {"type": "array", "items": {"type": "object"}, "description": "only for a job that "
                      "asked for logprobs, once it has ended: {token, logprob, bytes, top_logprobs} per token"},
+        "tool_calls": {"type": "array", "description": "once a job that offered tools has ended: the calls "
+                       "read from its text (`text` is still the whole text)", "items": {
+                           "type": "object", "required": ["id", "type", "function"], "properties": {
+                               "id": {"type": "string"}, "type": {"const": "function"},
+                               "function": {"type": "object", "required": ["name", "arguments"], "properties": {
+                                   "name": {"type": "string"}, "arguments": {"type": "string"}}}}}},
         "webhook": {"type": "object", "description": "only for a job that named a webhook",
                     "required": ["url", "events", "state", "attempts", "deliveries"], "properties": {
                         "url": {"type": "string"},

@@ -3,8 +3,22 @@ from __future__ import annotations
 
 from flask import url_for
 
+from common.openai_format import tool_calling
+from common.schemas import JobStatus
+from common.tool_parser import read_calls
+
 
 def job_view(record: dict) -> dict:
+    view = _view(record)
+    calling = tool_calling(record)
+    if calling and JobStatus(record["status"]).terminal:
+        view["tool_calls"] = [{"id": c.call_id, "type": "function",
+                               "function": {"name": c.name, "arguments": c.arguments}}
+                              for c in read_calls(record["id"], calling, record.get("text", ""))[1]]
+    return view
+
+
+def _view(record: dict) -> dict:
     job_id = record["id"]
     prompt, completion = record.get("prompt_tokens", 0), record.get("completion_tokens", 0)
     return {

@@ -45,6 +45,7 @@ OutputItem = OutputMessage | FunctionCallItem
 
 class InputTokensDetails(BaseModel):
     cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
 
 class OutputTokensDetails(BaseModel):

@@ -160,3 +160,10 @@ def test_delete_and_the_errors_of_the_surface(client, live_api):
         error = reply.json()["error"]
         assert (param is None and "frobnicate" in error["message"]) or error["param"].startswith(param)
     assert requests.post(f"{live_api}/v1/responses", json={"model": "gpt-9", "input": "x"}, timeout=30).status_code == 404
+
+
+def test_text_format_json_schema_is_enforced(client):
+    done = client.responses.create(model=MODEL, input="Weather in Oslo, as JSON.", max_output_tokens=40,
+                                   text={"format": {"type": "json_schema", "name": "city", "schema": CITY}})
+    assert done.status == "completed" and done.text.format.type == "json_schema"
+    jsonschema.validate(json.loads(done.output_text), CITY)

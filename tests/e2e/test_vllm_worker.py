@@ -10,6 +10,7 @@ import json
 import os
 import time
 
+import openai
 import psutil
 import pytest
 import requests
@@ -20,6 +21,7 @@ from tests.support.jobs import chunks_text, read_stream, submit
 from tests.support.logprobs import FRANCE, check_chat_logprobs
 from tests.support.processes import kill_9_mid_job
 from tests.support.servers import worker_beside_api
+from tests.support.tool_calls import ALL_CHECKS
 from tests.support.settings import make_settings
 from tests.support.waiting import wait_for_job
 from worker.pinning import service_and_compute
@@ -205,3 +207,10 @@ def test_kill_9_leaves_no_engine_process_and_the_job_is_redelivered(vllm_stack, 
     start_worker(settings.model_copy(update={"engine": "hf"}))  # the next worker takes the job over
     final = wait_for_job(url, job["id"], timeout=300)
     assert final["status"] == "succeeded" and final["attempts"] == 2, final
+
+
+@pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda check: check.__name__)
+def test_tool_calls(vllm_stack, model_ref, check):
+    """Forced calls through vLLM's own structured output; calls read back by the API."""
+    _, _, url = vllm_stack
+    check(openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300), model_ref.name)
