@@ -94,7 +94,8 @@ def test_a_batch_lines_result_carries_its_logprobs_in_the_endpoints_shape():
 
     entries = [{"token": "Hi", "logprob": -0.5, "bytes": [72, 105], "top_logprobs": [
         {"token": "Hi", "logprob": -0.5, "bytes": [72, 105]}]},
-        {"token": "!", "logprob": -1.0, "bytes": [33], "top_logprobs": [{"token": "!", "logprob": -1.0, "bytes": [33]}]}]
+        {"token": "!", "logprob": -1.0, "bytes": [33], "top_logprobs": [
+            {"token": "!", "logprob": -1.0, "bytes": [33]}]}]
     record = {"id": "j1", "status": "succeeded", "text": "Hi!", "finish_reason": "stop", "created_at": 1.0,
               "model": MODEL, "prompt_tokens": 3, "completion_tokens": 2, "logprobs": entries}
     _, line = result_of(Surface(chat=False), "c1", record, None)
