@@ -10,6 +10,7 @@ from common.errors import ApiError
 from api.eta import queue_eta
 from api.services import services
 from api.sse import job_event_stream, sse_response, stream_id
+from api.logprob_engines import check_logprobs
 from api.submit import submit_job
 from api.views import job_view
 from common.job_record import is_overdue
@@ -46,6 +47,7 @@ def _record_or_404(job_id: str) -> dict:
 @bp.post("")
 def create_job():
     req = JobRequest.model_validate(json_body())
+    check_logprobs(services(), req)
     if req.stream:  # answer with the job's event stream right away (same events as .../events)
         with services().streams.acquire(current_key()).guard() as slot:
             _, record = submit_job(services(), req)

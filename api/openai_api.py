@@ -64,6 +64,10 @@ def get_model(model: str):
 
 def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest) -> Response:
     """A stream, or a request waiting for its whole answer, holds a stream slot (api/stream_limits.py)."""
+    from api import n_choices  # it imports this module
+
+    if n_choices.wants_choices(body):  # n > 1 or logprobs
+        return n_choices.complete_choices(surface, body)
     svc = services()
     with svc.streams.acquire(current_key()).guard() as slot:
         _, record = submit_job(svc, body.job_request())

@@ -16,6 +16,7 @@ from pydantic.json_schema import SkipJsonSchema, models_json_schema
 from api import openapi_openai
 from api.openapi_models import Usage
 from api.services import services
+from common.logprobs import TOP_NEEDS_LOGPROBS
 from common.schemas import FinishReason, JobRequest, JobStatus
 from common.settings import Settings
 
@@ -55,6 +56,7 @@ def _job_request_schema(settings: Settings) -> dict[str, dict]:
         {"properties": {"webhook_events": {"type": "null"}}},
         {"required": ["webhook"], "properties": {"webhook": {"type": "string"}}},
     ]
+    schema["allOf"] = [TOP_NEEDS_LOGPROBS]
     return {**defs, "JobRequest": schema}
 
 
@@ -98,6 +100,8 @@ _JOB = {
         "estimated_start": {"type": "number", "description": "while queued: epoch seconds"},
         "estimated_finish": {"type": "number", "description": "while queued: epoch seconds"},
         "links": {"type": "object", "additionalProperties": {"type": "string"}},
+        "logprobs": {"type": "array", "items": {"type": "object"}, "description": "only for a job that "
+                     "asked for logprobs, once it has ended: {token, logprob, bytes, top_logprobs} per token"},
         "tool_calls": {"type": "array", "description": "once a job that offered tools has ended: the calls "
                        "read from its text (`text` is still the whole text)", "items": {
                            "type": "object", "required": ["id", "type", "function"], "properties": {
@@ -124,6 +128,9 @@ class JobEventChunk(BaseModel):
                        "is continued, and from 0 again after a `restart`; a chunk whose index you "
                        "already have replaces it and what followed it (after a Redis failover)")
     text: str
+    logprobs: list[dict] | SkipJsonSchema[None] = Field(
+        None, description="only when the job asked for logprobs: {token, logprob, bytes, top_logprobs} "
+                          "per token of this chunk", json_schema_extra=lambda schema: schema.pop("default"))
 
 
 class JobEventQueued(BaseModel):

@@ -17,6 +17,30 @@ class Usage(BaseModel):
     total_tokens: int
 
 
+class TopLogprob(BaseModel):
+    token: str
+    logprob: float
+    bytes: list[int] | None
+
+
+class TokenLogprob(TopLogprob):
+    top_logprobs: list[TopLogprob]
+
+
+class ChatLogprobs(BaseModel):
+    """A chat choice's `logprobs` when asked for (common/logprobs.py)."""
+    content: list[TokenLogprob] | None
+    refusal: None
+
+
+class TextLogprobs(BaseModel):
+    """A completion choice's `logprobs` when asked for (common/logprobs.py)."""
+    tokens: list[str]
+    token_logprobs: list[float]
+    top_logprobs: list[dict[str, float]]
+    text_offset: list[int]
+
+
 class CalledFunction(BaseModel):
     name: str
     arguments: str
@@ -42,7 +66,7 @@ ChatFinishReason = FinishReason | Literal["tool_calls"]
 class ChatChoice(BaseModel):
     index: int
     message: AssistantMessage
-    logprobs: None
+    logprobs: ChatLogprobs | None
     finish_reason: ChatFinishReason | None
 
 
@@ -58,7 +82,7 @@ class ChatCompletion(BaseModel):
 class TextChoice(BaseModel):
     index: int
     text: str
-    logprobs: None
+    logprobs: TextLogprobs | None
     finish_reason: FinishReason | None
 
 
@@ -94,7 +118,7 @@ class ChunkDelta(BaseModel):
 class ChunkChoice(BaseModel):
     index: int
     delta: ChunkDelta
-    logprobs: None
+    logprobs: ChatLogprobs | None
     finish_reason: ChatFinishReason | None
 
 

@@ -15,6 +15,7 @@ from pydantic.json_schema import models_json_schema
 from api.batches_api import BatchCreate
 from api.openapi_models import RESPONSES
 from common.batch_lines import ENDPOINTS
+from common.logprobs import NOT_WITH_TOOLS, TOP_NEEDS_LOGPROBS
 from common.responses_models import MODELS as RESPONSE_MODELS
 from common.responses_request import UNSUPPORTED as RESPONSE_UNSUPPORTED
 from common.responses_request import ResponseCreate
@@ -100,6 +101,7 @@ def components(job_request: dict) -> dict[str, dict]:
     chat, chat_defs = _openai_request(ChatCompletionRequest, job_request)
     completion, completion_defs = _openai_request(CompletionRequest, job_request)
     chat_defs["ChatMessage"] = _chat_message(chat_defs["ChatMessage"])
+    chat["allOf"] = [TOP_NEEDS_LOGPROBS, *NOT_WITH_TOOLS]
     completion["properties"]["prompt"] = {"anyOf": [
         {"type": "string", "minLength": 1},
         {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1, "maxItems": 1}]}

@@ -45,6 +45,7 @@ def _view(record: dict) -> dict:
         # whether it rides on an identical job's generation; that job's id is not shown, since
         # with auth off a job id is enough to cancel a job
         "coalesced": bool(record.get("coalesced_into")),
+        **({"logprobs": record["logprobs"]} if "logprobs" in record else {}),  # asked for, once ended
         "links": {
             "self": url_for("jobs.get_job", job_id=job_id),
             "events": url_for("jobs.stream_job_events", job_id=job_id),

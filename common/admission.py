@@ -226,10 +226,13 @@ class Admission:
         now = time.time()
         fields.update(status=JobStatus.SUCCEEDED, cached=True, started_at=now, finished_at=now,
                       text=hit["text"], finish_reason=hit["finish_reason"],
-                      completion_tokens=hit["completion_tokens"])
+                      completion_tokens=hit["completion_tokens"], logprobs=hit.get("logprobs"))
         job_id = fields["id"]
         self.store.create_finished(job_id, fields)
-        self.stores.log.append_event(job_id, "chunk", {"index": 0, "text": hit["text"]})
+        chunk = {"index": 0, "text": hit["text"]}
+        if hit.get("logprobs") is not None:  # a request asking for logprobs has its own digest
+            chunk["logprobs"] = hit["logprobs"]
+        self.stores.log.append_event(job_id, "chunk", chunk)
         self.stores.log.publish_done(job_id)
         return self.store.get(job_id)
 

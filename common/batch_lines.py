@@ -17,6 +17,7 @@ from pydantic import ValidationError
 
 from common.admission import Admission
 from common.errors import ApiError, describe_validation
+from common.logprobs import choice_logprobs
 from common.openai_format import Surface, error_body
 from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from common.schemas import JobStatus
@@ -108,6 +109,9 @@ def _prepare(admission: Admission, number: int, text: str, endpoint: str, owner:
         raise LineError("invalid_request", "body must be a JSON object", "body")
     if body.get("stream"):
         raise LineError("invalid_request", "stream: true is not allowed in a batch", "body.stream")
+    if body.get("n") not in (None, 1):  # a line is one job; n choices would be n lines' worth
+        raise LineError("unsupported_parameter", "n > 1 is not supported in a batch; send one line per choice",
+                        "body.n")
     schema, _ = ENDPOINTS[url]
     try:
         job_request = schema.model_validate(body).job_request()
@@ -126,7 +130,9 @@ def result_of(surface: Surface, custom_id: str, record: dict, ending: str | None
     or 'batch_expired') names why a job that was stopped before its end did not finish."""
     job_id, status = record["id"], record.get("status")
     if status == JobStatus.SUCCEEDED:
-        return True, _line(job_id, custom_id, 200, surface.response(record))
+        response = surface.response(record)
+        response["choices"][0]["logprobs"] = choice_logprobs(surface.chat, record.get("logprobs"))
+        return True, _line(job_id, custom_id, 200, response)
     error = record.get("error") or {}
     if status in (JobStatus.CANCELLED, JobStatus.EXPIRED) and ending and error.get("type") != "run_timeout":
         return False, stopped(job_id, custom_id, ending)

@@ -25,6 +25,7 @@ class Continuation(NamedTuple):
     token_ids: tuple[int, ...]  # the tokens it came from
     chunks: int  # the chunks it came in: the next one's index
     ended: str | None = None  # the finish reason, when the lost attempt had finished generating
+    logprobs: tuple[dict, ...] = ()  # their logprobs entries, when the job asked for them
 
 
 NOTHING = Continuation("", (), 0)
@@ -39,12 +40,13 @@ def read_continuation(entries: list[dict[str, str]], chunks_written: int) -> Con
     if len(chunks) != chunks_written:
         raise CannotContinue(f"the log holds {len(chunks)} of the run's {chunks_written} chunks "
                              "(trimmed, or written elsewhere)")
-    text, ids, ended = [], [], None
+    text, ids, ended, logprobs = [], [], None, []
     for index, entry in enumerate(chunks):
         data = json.loads(entry["data"])
         if data.get("index") != index or "ids" not in entry:
             raise CannotContinue("the log's chunks do not say which tokens they came from")
         text.append(data["text"])
+        logprobs += data.get("logprobs", ())
         ids += [int(i) for i in entry["ids"].split(",") if i]
         ended = entry.get("end") or None
-    return Continuation("".join(text), tuple(ids), len(chunks), ended)
+    return Continuation("".join(text), tuple(ids), len(chunks), ended, tuple(logprobs))

@@ -12,7 +12,7 @@ from common.schemas import JobStatus
 _INT_FIELDS = ("prompt_tokens", "completion_tokens", "attempts", "batch_size_max", "priority_level",
                "max_tokens")
 _FLOAT_FIELDS = ("created_at", "started_at", "finished_at", "queue_deadline", "run_timeout_s")
-_JSON_FIELDS = ("request", "error", "tool_calling", "response")
+_JSON_FIELDS = ("request", "error", "tool_calling", "response", "logprobs")
 
 
 def encode_fields(fields: dict[str, Any]) -> list[str]:

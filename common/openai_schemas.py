@@ -2,8 +2,9 @@
 
 Unknown fields are refused, as OpenAI does; fields llmq has no use for but that change nothing
 (`user`, `metadata`, ...) are accepted; fields that would change the answer in a way llmq cannot
-honour (`n` > 1, `logprobs`, `functions`, ...) get a 400 naming the parameter, never silence.
-Tools become the job's own (common/tools.py).
+honour (`logit_bias`, `functions`, ...) get a 400 naming the parameter, never silence.
+Tools become the job's own (common/tools.py). `n` choices are `n` jobs (api/n_choices.py);
+logprobs are the engine's (common/logprobs.py).
 """
 from __future__ import annotations
 
@@ -12,12 +13,12 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from common.errors import ApiError
+from common.logprobs import MAX_N, MAX_TOP_LOGPROBS
 from common.schemas import JobRequest
 
 # parameter -> the values that mean "not used"; anything else is refused
 UNSUPPORTED: dict[str, tuple] = {
-    "n": (None, 1), "best_of": (None, 1), "logprobs": (None, False, 0), "top_logprobs": (None, 0),
-    "logit_bias": (None, {}), "echo": (None, False), "suffix": (None, ""),
+    "best_of": (None, 1), "logit_bias": (None, {}), "echo": (None, False), "suffix": (None, ""),
     "functions": (None, []),
     "function_call": (None, "none"), "audio": (None,), "modalities": (None, ["text"]),
     "prediction": (None,), "web_search_options": (None,),
@@ -61,9 +62,8 @@ class _OpenAIRequest(BaseModel):
     prompt_cache_retention: Any = None
     prompt_cache_options: Any = None
     verbosity: str | None = None
+    n: int | None = Field(None, ge=1, le=MAX_N)  # choices: one job each (api/n_choices.py)
     # refused unless "not used" (see UNSUPPORTED)
-    n: int | None = None
-    logprobs: Any = None
     logit_bias: dict | None = None
     # llmq extensions (send them with the openai client's `extra_body`)
     top_k: int | None = None
@@ -81,9 +81,18 @@ class _OpenAIRequest(BaseModel):
     def _job_fields(self) -> dict:
         self.refuse_unsupported()
         fields = {k: v for k in SAMPLING_FIELDS if (v := getattr(self, k)) is not None}
+        fields.update(self.logprob_fields())
         if self.max_tokens is not None:
             fields["max_tokens"] = self.max_tokens
         return {**fields, "model": self.model, "stream": bool(self.stream)}
+
+    def logprob_fields(self) -> dict:
+        """The job's `logprobs`/`top_logprobs` (each surface asks for them its own way)."""
+        return {}
+
+    @property
+    def choices(self) -> int:
+        return self.n or 1
 
     @property
     def include_usage(self) -> bool:
@@ -123,7 +132,8 @@ class ChatMessage(BaseModel):
 class ChatCompletionRequest(_OpenAIRequest):
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: int | None = None
-    top_logprobs: int | None = None
+    logprobs: bool | None = None
+    top_logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)
     tools: list[dict] | None = None
     tool_choice: Any = None
     parallel_tool_calls: bool | None = None
@@ -146,9 +156,15 @@ class ChatCompletionRequest(_OpenAIRequest):
         fields.update({k: v for k in TOOL_FIELDS if (v := getattr(self, k)) is not None})
         return JobRequest.model_validate(fields)
 
+    def logprob_fields(self) -> dict:
+        if self.top_logprobs and not self.logprobs:
+            raise ApiError(400, "invalid_value", "top_logprobs needs logprobs: true", param="top_logprobs")
+        return {"logprobs": True, "top_logprobs": self.top_logprobs or 0} if self.logprobs else {}
+
 
 class CompletionRequest(_OpenAIRequest):
     prompt: str | list[str]
+    logprobs: int | None = Field(None, ge=0, le=MAX_TOP_LOGPROBS)  # the alternatives per token
     best_of: int | None = None
     echo: bool | None = None
     suffix: str | None = None
@@ -164,3 +180,6 @@ class CompletionRequest(_OpenAIRequest):
 
     def job_request(self) -> JobRequest:
         return JobRequest.model_validate({**self._job_fields(), "prompt": self.prompt})
+
+    def logprob_fields(self) -> dict:
+        return {} if self.logprobs is None else {"logprobs": True, "top_logprobs": self.logprobs}

@@ -186,6 +186,15 @@ class SamplingParams(BaseModel):
     presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
     response_format: ResponseFormat | None = None
+    logprobs: bool = Field(False, description="return each generated token's logprob (README: logprobs)")
+    top_logprobs: int = Field(0, ge=0, le=20, description="with logprobs: the most likely alternatives "
+                                                          "to return per token")
+
+    @model_validator(mode="after")
+    def _top_logprobs_need_logprobs(self) -> "SamplingParams":
+        if self.top_logprobs and not self.logprobs:
+            raise ValueError("top_logprobs needs logprobs: true")
+        return self
 
     @field_validator("response_format")
     @classmethod
@@ -247,7 +256,7 @@ class JobRequest(SamplingParams):
         """JSON Schema counts 5.0 as an integer; strict pydantic would not."""
         if not isinstance(data, dict):
             return data
-        return {k: int(v) if k in ("max_tokens", "top_k", "seed") and isinstance(v, float)
+        return {k: int(v) if k in ("max_tokens", "top_k", "seed", "top_logprobs") and isinstance(v, float)
                 and v.is_integer() else v for k, v in data.items()}
 
     @model_validator(mode="after")

@@ -72,6 +72,9 @@ class _Progress:
     buffering: bool = False  # Redis was unavailable at the last write
     unconfirmed: str | None = None  # text of a write whose reply was lost: it may have landed
     unconfirmed_ids: int = 0  # its tokens
+    logprobs: list | None = None  # entries written (common/logprobs.py); None: not asked for
+    pending_logprobs: list = field(default_factory=list)  # generated, not yet written
+    unconfirmed_logprobs: int = 0  # entries in the write whose reply was lost
 
 
 def engine_sampling(sampling: dict) -> Sampling:
@@ -313,13 +316,15 @@ class JobRunner:
             return self._end(job_id, attempt, _STATUS_BY_REASON[FinishReason(so_far.ended)],
                              finish_reason=so_far.ended, text=so_far.text,
                              prompt_tokens=len(request["prompt_token_ids"]),
-                             completion_tokens=len(so_far.token_ids))
+                             completion_tokens=len(so_far.token_ids),
+                             logprobs=list(so_far.logprobs) if request["sampling"].get("logprobs") else None)
         continued = Continued(so_far.token_ids, so_far.text) if so_far.chunks else None
         stream = self.loop.submit(EngineRequest(job_id, request["prompt_token_ids"],
                                                 engine_sampling(request["sampling"]), continued))
         progress = _Progress(text=so_far.text, chunks=so_far.chunks, completion_tokens=len(so_far.token_ids),
                              continued_tokens=len(so_far.token_ids),
-                             prompt_tokens=len(request["prompt_token_ids"]))
+                             prompt_tokens=len(request["prompt_token_ids"]),
+                             logprobs=list(so_far.logprobs) if request["sampling"].get("logprobs") else None)
         run_timeout = record.get("run_timeout_s") or self.settings.run_timeout_s
         deadline = time.monotonic() + run_timeout if run_timeout else None
         hold_until = 0.0  # the first text goes out at once; later text gathers for the interval
@@ -366,13 +371,14 @@ class JobRunner:
         result = self._end(job_id, attempt, status, finish_reason=reason, text=progress.text,
                            prompt_tokens=progress.prompt_tokens,
                            completion_tokens=progress.completion_tokens,
-                           batch_size_max=progress.batch_size_max, error=error)
+                           batch_size_max=progress.batch_size_max, error=error, logprobs=progress.logprobs)
         cache_key = record.get("cache_key")
         if self.cache is not None and status is JobStatus.SUCCEEDED and cache_key \
                 and result["status"] == status.value:
             self.cache.put(cache_key, {
                 "text": progress.text, "finish_reason": out.finish_reason,
                 "prompt_tokens": progress.prompt_tokens, "completion_tokens": progress.completion_tokens,
+                **({"logprobs": progress.logprobs} if progress.logprobs is not None else {}),
             })
         return result
 
@@ -405,6 +411,8 @@ class JobRunner:
                 raise CannotContinue(output.error)
             progress.pending += output.text
             progress.pending_ids += output.new_token_ids
+            if output.logprobs:
+                progress.pending_logprobs += output.logprobs
             progress.completion_tokens = output.completion_tokens
             progress.batch_size_max = max(progress.batch_size_max, output.batch_size)
             if progress.first_token_at is None and output.new_token_ids:
@@ -421,15 +429,19 @@ class JobRunner:
         try:
             if progress.unconfirmed is not None:
                 self._settle_unconfirmed(job_id, progress)
-            if not progress.pending:
+            if not progress.pending and not progress.pending_logprobs:
                 return False
             delta = progress.unconfirmed = progress.pending
             ids = list(progress.pending_ids)
             progress.unconfirmed_ids = len(ids)
             ended = progress.finish.finish_reason if progress.finish is not None \
                 and progress.finish.finish_reason in (FinishReason.STOP, FinishReason.LENGTH) else None
+            chunk = {"index": progress.chunks, "text": delta}
+            if progress.logprobs is not None:
+                chunk["logprobs"] = progress.pending_logprobs[:]
+            progress.unconfirmed_logprobs = len(progress.pending_logprobs)
             written = self.log.append_chunk(
-                job_id, attempt, {"index": progress.chunks, "text": delta}, token_ids=ids, ended=ended,
+                job_id, attempt, chunk, token_ids=ids, ended=ended,
                 text=progress.text + delta, completion_tokens=progress.completion_tokens,
                 batch_size_max=progress.batch_size_max)
         except redis.RedisError as exc:
@@ -465,6 +477,10 @@ class JobRunner:
         progress.pending = progress.pending[len(delta):]
         progress.pending_ids = progress.pending_ids[token_count:]
         progress.chunks += 1
+        written, progress.pending_logprobs = (progress.pending_logprobs[:progress.unconfirmed_logprobs],
+                                              progress.pending_logprobs[progress.unconfirmed_logprobs:])
+        if progress.logprobs is not None:
+            progress.logprobs += written
 
     def _end(self, job_id: str, attempt: int | None, status: JobStatus, **fields) -> dict:
         """Terminal record first, then the `done` event, so a client that sees `done` and reads

@@ -33,7 +33,7 @@ def openai_error(resp, status):
     ({"model": MODEL, "messages": [{"role": "function", "content": "x"}]}, "messages.0.role"),
     ({"model": MODEL, "messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]},
      "messages.0.content"),
-    ({"model": MODEL, "messages": CHAT, "n": 3}, "n"),
+    ({"model": MODEL, "messages": CHAT, "n": 9}, "n"),
     ({"model": MODEL, "messages": CHAT, "logit_bias": {"50256": -100}}, "logit_bias"),
     ({"model": MODEL, "messages": CHAT, "tool_choice": "required"}, "tool_choice"),
     ({"model": MODEL, "messages": CHAT, "tools": [{"type": "function", "function": {"name": "f"}}],
@@ -57,7 +57,7 @@ def test_chat_refusals_are_400_and_name_the_parameter(api, body, param):
     ({"model": MODEL, "prompt": ["one", "two"]}, "prompt"),
     ({"model": MODEL, "prompt": "x", "echo": True}, "echo"),
     ({"model": MODEL, "prompt": "x", "best_of": 2}, "best_of"),
-    ({"model": MODEL, "prompt": "x", "logprobs": 5}, "logprobs"),
+    ({"model": MODEL, "prompt": "x", "logprobs": 21}, "logprobs"),
 ])
 def test_completion_refusals_are_400(api, body, param):
     assert openai_error(api.post("/v1/completions", json=body), 400)["param"] == param

@@ -186,9 +186,9 @@ def assert_openai_error(exc_info, status, param=None):
 
 
 @pytest.mark.parametrize("kwargs, param", [
-    ({"n": 2}, "n"),
+    ({"n": 9}, "n"),
     ({"temperature": 5}, "temperature"),
-    ({"logprobs": True}, "logprobs"),
+    ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true
     ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}},
      "response_format"),

@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from tests.support.jobs import submit
+from tests.support.logprobs import check_chat_logprobs
 from tests.support.processes import kill_9_mid_job
 from tests.support.servers import worker_beside_api
 from tests.support.settings import make_settings
@@ -54,6 +55,17 @@ def test_openai_stream_with_a_json_schema_parses(ov_stack):
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert chunks[-1].choices[0].finish_reason == "stop", text
     assert set(json.loads(text)) == {"city", "country"}
+
+
+def test_logprobs_are_the_chosen_tokens_only_and_alternatives_are_400(ov_stack):
+    from openai import BadRequestError, OpenAI
+
+    _, _, url = ov_stack
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    check_chat_logprobs(client, "SmolLM2-135M-Instruct", top=0)
+    with pytest.raises(BadRequestError, match="openvino engine computes at most 0 top_logprobs") as refused:
+        check_chat_logprobs(client, "SmolLM2-135M-Instruct", top=2)
+    assert refused.value.body["param"] == "top_logprobs"
 
 
 def test_kill_9_leaves_no_core_process_and_the_job_is_redelivered(ov_stack, start_worker):

@@ -18,6 +18,7 @@ import requests
 from api import create_app
 from common.api_keys import hash_key
 from tests.support.jobs import chunks_text, read_stream, submit
+from tests.support.logprobs import FRANCE, check_chat_logprobs
 from tests.support.processes import kill_9_mid_job
 from tests.support.servers import worker_beside_api
 from tests.support.tool_calls import ALL_CHECKS
@@ -123,6 +124,17 @@ def test_openai_stream_with_json_schema(vllm_stack, model_ref):
             reasons.append(chunk.choices[0].finish_reason)
     assert reasons[-1] == "stop", text
     assert set(json.loads(text)) == {"city", "country"}
+
+
+def test_chat_logprobs_with_top_alternatives(vllm_stack):
+    from openai import OpenAI
+
+    _, _, url = vllm_stack
+    client = OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0)
+    check_chat_logprobs(client, "SmolLM2-135M-Instruct", top=5)
+    reply = client.chat.completions.create(model="SmolLM2-135M-Instruct", messages=FRANCE, max_tokens=8,
+                                           temperature=1.0, n=2)
+    assert [c.index for c in reply.choices] == [0, 1] and all(c.message.content for c in reply.choices)
 
 
 def test_cancel_keeps_the_partial_text(vllm_stack):

@@ -187,3 +187,72 @@ def test_float32_greedy_token_ids_match_the_hf_engine(engine, prompts, hf_token_
     if engine.kind == "openvino":
         pytest.skip("int8 weights: test_openvino_engine.py holds them to a floor of agreement instead")
     assert token_ids(engine, prompts, 24, "parity") == hf_token_ids
+
+
+def generate_with_logprobs(engine, ids, sampling, request_id):
+    """(text, logprobs entries, final output) of one request."""
+    engine.add_request(EngineRequest(request_id, ids, sampling))
+    text, entries, final = "", [], None
+    while final is None:
+        for out in engine.step():
+            assert out.request_id == request_id
+            text += out.text
+            entries += out.logprobs or []
+            final = out if out.finished else None
+    return text, entries, final
+
+
+@pytest.fixture(scope="module")
+def hf_logprobs(model_ref, prompts):
+    from worker.engine.registry import build_engine
+
+    hf, _ = build_engine(engine_settings("hf"), model_ref)
+    return generate_with_logprobs(hf, prompts[0], Sampling(max_tokens=12, temperature=0, logprobs=True,
+                                                          top_logprobs=3), "hf-lp")[1]
+
+
+def test_logprobs_describe_each_generated_token(engine, prompts, hf_logprobs):
+    """One entry per token (EOS has none), logprobs <= 0, the bytes spell the text; under greedy
+    decoding the chosen token is the most likely one. OpenVINO computes the chosen token's
+    logprob only; every engine's logprobs are those of the same float32 model (the HF engine's)."""
+    top = 0 if engine.kind == "openvino" else 3
+    sampling = Sampling(max_tokens=12, temperature=0, logprobs=True, top_logprobs=top)
+    text, entries, final = generate_with_logprobs(engine, prompts[0], sampling, "lp")
+    assert final.completion_tokens - len(entries) in (0, 1) and entries
+    assert b"".join(bytes(e["bytes"]) for e in entries).decode() == text
+    tolerance = 0.3 if engine.info.get("weights") in ("int8", "int4") else 0.05  # int8: up to 0.16 seen
+    for entry, reference in zip(entries, hf_logprobs):
+        assert entry["logprob"] <= 0 and len(entry["top_logprobs"]) == top
+        if top:
+            best = entry["top_logprobs"][0]
+            assert best["token"] == entry["token"] and best["logprob"] == pytest.approx(entry["logprob"], abs=1e-5)
+            assert [t["logprob"] for t in entry["top_logprobs"]] == sorted(
+                (t["logprob"] for t in entry["top_logprobs"]), reverse=True)
+        if entry["token"] != reference["token"]:
+            break  # a near tie decoded the other way: the rest is another text
+        assert entry["logprob"] == pytest.approx(reference["logprob"], abs=tolerance)
+
+
+def test_logprobs_are_the_models_whatever_the_temperature(engine, prompts):
+    """Sampled tokens' logprobs come from the model's own distribution, as vLLM reports them, not
+    from one the temperature sharpened: a token sampled at temperature 0.3 has the logprob the
+    greedy distribution gives it (checked on the first token, whose context is the prompt alone)."""
+    top = 0 if engine.kind == "openvino" else 5
+    _, (greedy,), _ = generate_with_logprobs(
+        engine, prompts[1], Sampling(max_tokens=1, temperature=0, logprobs=True, top_logprobs=top), "cold")
+    sampled = [generate_with_logprobs(engine, prompts[1], Sampling(
+        max_tokens=1, temperature=0.3, seed=seed, logprobs=True, top_logprobs=top), f"hot{seed}")[1][0]
+        for seed in range(5)]
+    same = [entry for entry in sampled if entry["token"] == greedy["token"]]
+    assert same, sampled  # at 0.3 the most likely token comes up
+    for entry in same:
+        assert entry["logprob"] == pytest.approx(greedy["logprob"], abs=1e-3)
+        assert [t["logprob"] for t in entry["top_logprobs"]] == pytest.approx(
+            [t["logprob"] for t in greedy["top_logprobs"]], abs=1e-3)
+
+
+def test_openvino_refuses_alternatives_it_cannot_compute(engine, prompts):
+    if engine.kind != "openvino":
+        pytest.skip("OpenVINO's limit")
+    with pytest.raises(ValueError, match="at most 0 top_logprobs"):
+        engine.add_request(EngineRequest("alt", prompts[0], Sampling(max_tokens=4, logprobs=True, top_logprobs=2)))

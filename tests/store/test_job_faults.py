@@ -74,6 +74,21 @@ def test_a_redelivered_job_continues_from_its_log_and_the_stale_attempt_is_fence
     assert "".join(e.json()["text"] for e in replay if e.event == "chunk") == "Hello worl"
 
 
+def test_a_continued_job_keeps_the_logprobs_its_lost_attempt_logged(store, settings):
+    job = queue_job(store, max_tokens=8, top_logprobs=0)
+    assert store.start(job, "w1", max_attempts=2) == ("start", 1)
+    earlier = [{"token": c, "logprob": -0.25, "bytes": [ord(c)], "top_logprobs": []} for c in "Hi "]
+    store.log.append_chunk(job, 1, {"index": 0, "text": "Hi ", "logprobs": earlier}, token_ids=ids_of("Hi "),
+                           text="Hi ", completion_tokens=3)
+    store.r.delete(store.keys.lease(job))  # w1 died
+
+    job_runner, _ = make_runner(store, settings, {job: "there"})
+    assert job_runner.run(job)["status"] == "succeeded"
+    record = store.get(job)
+    assert record["text"] == "Hi there" and record["logprobs"][:3] == earlier
+    assert "".join(e["token"] for e in record["logprobs"]) == "Hi there"
+
+
 def test_a_job_whose_log_was_trimmed_starts_over_with_a_restart_event(store, settings):
     job = queue_job(store)
     lose_first_attempt(store, job, ["lost ", "text "])
@@ -243,6 +258,32 @@ def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, sett
     job_runner, _ = make_runner(store, settings, {job: "every word exactly once"}, delay=0.01)
     job_runner.run(job)
     assert_whole_answer(store, job, "every word exactly once")
+
+
+def test_logprobs_go_with_their_text_through_lost_replies_and_failed_writes(store, settings, monkeypatch):
+    """Each token's logprobs entry is logged once, in the chunk that carries its text, however
+    the writes fail; the record keeps them all."""
+    job = queue_job(store, top_logprobs=2)
+    real_append, faults = store.log.append_chunk, ["lose", "fail", "lose", "fail"]
+
+    def faulty_append(*args, **kwargs):
+        fault = faults.pop(0) if faults else None
+        if fault == "fail":
+            raise redis.ConnectionError("Redis is restarting")
+        result = real_append(*args, **kwargs)
+        if fault == "lose":
+            raise redis.ConnectionError("Connection closed by server")
+        return result
+
+    monkeypatch.setattr(store.log, "append_chunk", faulty_append)
+    job_runner, _ = make_runner(store, settings, {job: "each token once"}, delay=0.01)
+    job_runner.run(job)
+    assert_whole_answer(store, job, "each token once")
+    entries = store.get(job)["logprobs"]
+    assert "".join(e["token"] for e in entries) == "each token once"
+    assert all(len(e["top_logprobs"]) == 2 and e["logprob"] <= 0 for e in entries)
+    chunks = [d for e, d in events_of(store, job) if e == "chunk"]
+    assert all("".join(e["token"] for e in c["logprobs"]) == c["text"] for c in chunks)
 
 
 def test_text_is_relayed_once_per_stream_interval_and_the_first_token_at_once(store, settings):

@@ -12,6 +12,7 @@
   runner on a scripted engine (no model)
 - fakes.py: the scripted engine parts (`ScriptedRunner`, `CharTokenizer`), `run_to_end`
 - engines.py: the engine contract's prompts, greedy `token_ids`
+- logprobs.py: checks of an OpenAI answer's logprobs, shared by the engines' modules
 - batches.py: batch input files and reading a batch's results over HTTP
 - metrics.py: Prometheus text parsed into samples
 - sse_subscriber.py: a thread subscribed to one job's SSE stream to its end

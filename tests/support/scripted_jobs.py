@@ -30,10 +30,13 @@ class SlowRunner(ScriptedRunner):
         return super().decode(last_tokens)
 
 
-def queue_job(store, max_tokens=64, **fields) -> str:
+def queue_job(store, max_tokens=64, top_logprobs=None, **fields) -> str:
+    """A queued job (`top_logprobs`: it asks for logprobs with that many alternatives)."""
     job_id = uuid.uuid4().hex
     sampling = {"max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": None,
                 "stop": []}
+    if top_logprobs is not None:
+        sampling.update(logprobs=True, top_logprobs=top_logprobs)
     store.create(job_id, {"id": job_id, "status": "queued", "model": "m", "created_at": time.time(),
                           "prompt_tokens": 1, "request": {"prompt_token_ids": [1], "sampling": sampling},
                           **fields}, queue_limit=0)

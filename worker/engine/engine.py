@@ -17,9 +17,9 @@ from common.schemas import FinishReason
 from worker.engine.detokenizer import Decoder
 from worker.engine.output import OutputProcessor
 from worker.engine.protocol import ContinuationRefused, EngineStats
-from worker.engine.sampler import make_generator, sample
+from worker.engine.sampler import make_generator, raw_logprobs, sample, token_logprobs
 from worker.engine.scheduler import Scheduler
-from worker.engine.sequence import EngineRequest, RequestOutput, Sequence, model_request
+from worker.engine.sequence import EngineRequest, RequestOutput, Sequence, TokenLogprobs, model_request
 
 if TYPE_CHECKING:
     from xgrammar import GrammarMatcher
@@ -115,13 +115,13 @@ class LLMEngine:
         try:
             logits, order = self._run(batch)
             ordered = [by_id[rid] for rid in order]
-            tokens = self._sample(logits, ordered)
+            tokens, logprobs = self._sample(logits, ordered)
         except Exception as exc:  # engine-level failure: fail every in-flight request
             log.exception("model step failed; failing %d requests", len(self._seqs))
             return outputs + self.fail_all(f"engine error: {exc}")
         self.stats.record_step(len(self.runner.rows), prefill=bool(batch.prefill))
-        for seq, token in zip(ordered, tokens):
-            out = self._advance(seq, token)
+        for seq, token, computed in zip(ordered, tokens, logprobs):
+            out = self._advance(seq, token, computed)
             if out.finished:
                 self._drop(out)
             outputs.append(out)
@@ -135,16 +135,21 @@ class LLMEngine:
         return logits, list(self.runner.rows)
 
     @torch.inference_mode()  # the runner's logits are inference tensors; masks edit them in place
-    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> list[int]:
-        """JSON grammar masks, then penalties and one token per row (`sampler.sample`)."""
+    def _sample(self, logits: torch.Tensor, seqs: list[Sequence]) -> tuple[list[int], list[TokenLogprobs | None]]:
+        """JSON grammar masks, then penalties and one token per row (`sampler.sample`); the
+        logprobs of the rows that asked for them, from the logits as the model gave them."""
         logits = logits.float()
+        params = [s.sampling for s in seqs]
+        raw = raw_logprobs(logits, params)  # before the masks, which edit `logits` in place
         if self._matchers:
             self.structured.mask(logits, [self._matchers.get(s.id) for s in seqs])
-        return sample(logits, [s.sampling for s in seqs], [self._generators[s.id] for s in seqs],
-                      [self._earlier.get(s.id, []) + s.output_token_ids if s.id in self._earlier
-                       else s.output_token_ids for s in seqs])
+        tokens = sample(logits, params, [self._generators[s.id] for s in seqs],
+                        [self._earlier.get(s.id, []) + s.output_token_ids if s.id in self._earlier
+                         else s.output_token_ids for s in seqs])
+        return tokens, [token_logprobs(raw[row], token, p.top_logprobs) if p.logprobs else None
+                        for row, (token, p) in enumerate(zip(tokens, params))]
 
-    def _advance(self, seq: Sequence, token: int) -> RequestOutput:
+    def _advance(self, seq: Sequence, token: int, computed: TokenLogprobs | None = None) -> RequestOutput:
         """The grammar has its say first; the rest (EOS, stop strings, max_tokens) is the output
         processor's. A completed JSON document ends the request as EOS would."""
         seq.output_token_ids.append(token)
@@ -153,7 +158,8 @@ class LLMEngine:
             return self.processor.finish(seq.id, FinishReason.ERROR, new_ids=[token],
                                        error=f"structured output: token {token} does not fit the grammar")
         done = matcher is not None and matcher.is_terminated()
-        return self.processor.advance(seq.id, [token], FinishReason.STOP if done else None)
+        return self.processor.advance(seq.id, [token], FinishReason.STOP if done else None,
+                                      [computed] if computed is not None else None)
 
     def fail_all(self, message: str) -> list[RequestOutput]:
         outputs = self.processor.fail_all(message)

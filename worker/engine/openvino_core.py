@@ -13,10 +13,11 @@ pipeline's compute threads for a moment, which all of them then wait for: one me
 made a single stream markedly slower than the pipeline alone (docs/benchmarks.md).
 
 Messages to the core: ("add", request_id, prompt_ids, sampling), ("cancel", request_id), ("close",).
-From it: ("ready", info) once, then ("steps", [(request_id, new_ids, reason)], ignored_ids,
+From it: ("ready", info) once, then ("steps", [(request_id, new_ids, reason, logprobs)], ignored_ids,
 [(batch_size, prefill)] per step), ("refused", request_id, message) for a request it could not
 take, ("failed", message) when a step raised. `reason` is None while a request runs, else a
-`FinishReason` (STOP or LENGTH).
+`FinishReason` (STOP or LENGTH); `logprobs` the new tokens' logprobs for a request that asked
+for them (`Sampling.logprobs`), else None.
 """
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ class _Core:
         self.interval_s = interval_s
         self.handles: dict[str, Any] = {}
         self._next_id = 0  # OpenVINO's request ids are integers
-        self._made: dict[str, list] = {}  # request id -> [new ids, reason] not sent yet
+        self._made: dict[str, list] = {}  # request id -> [new ids, reason, logprobs] not sent yet
+        self._logprobs: set[str] = set()  # requests that asked for logprobs
         self._ignored: list[str] = []
         self._steps: list[tuple[int, bool]] = []  # (batch size, prefill) of each step not reported
         self._urgent = False  # a first token or an end among them: send now
@@ -93,6 +95,7 @@ class _Core:
                 handle.cancel()
             self._made.pop(request_id, None)
             self._seen.discard(request_id)
+            self._logprobs.discard(request_id)
             return
         import numpy as np
         import openvino as ov
@@ -105,6 +108,8 @@ class _Core:
             ids = ov.Tensor(np.asarray([prompt_ids], dtype=np.int64))
             self.handles[request_id] = self.pipeline.add_request(self._next_id, ids, config)
             self._next_id += 1
+            if sampling.logprobs:
+                self._logprobs.add(request_id)
         except Exception as exc:  # this request only
             self.conn.send(("refused", request_id, f"OpenVINO rejected the request: {exc}"))
 
@@ -124,18 +129,21 @@ class _Core:
         advanced, prefill = 0, False
         for request_id, handle in list(self.handles.items()):
             if handle.can_read():
-                new_ids, reason = read_new_tokens(handle)
-                made = self._made.setdefault(request_id, [[], None])
+                new_ids, reason, logprobs = read_new_tokens(handle)
+                made = self._made.setdefault(request_id, [[], None, [] if request_id in self._logprobs else None])
                 advanced += 1
                 if request_id not in self._seen:
                     self._seen.add(request_id)
                     prefill = self._urgent = True  # its first token goes out at once
                 made[0] += new_ids
+                if made[2] is not None:
+                    made[2] += logprobs
                 if reason is not None:
                     made[1] = reason
                     self._urgent = True
                     del self.handles[request_id]
                     self._seen.discard(request_id)
+                    self._logprobs.discard(request_id)
             elif handle.get_status() == ov.GenerationStatus.IGNORED:  # never fits the KV cache
                 self._ignored.append(request_id)
                 self._urgent = True
@@ -146,23 +154,26 @@ class _Core:
 
     def _send(self) -> None:
         if self._made or self._ignored:
-            results = [(rid, ids, reason) for rid, (ids, reason) in self._made.items()]
+            results = [(rid, *made) for rid, made in self._made.items()]
             self.conn.send(("steps", results, self._ignored, self._steps))
         self._made, self._ignored, self._steps = {}, [], []
         self._urgent = False
         self._sent_at = time.monotonic()
 
 
-def read_new_tokens(handle: Any) -> tuple[list[int], FinishReason | None]:
-    """A generation handle's token ids since the last read, and why it ended (None: running)."""
+def read_new_tokens(handle: Any) -> tuple[list[int], FinishReason | None, list[float]]:
+    """A generation handle's token ids since the last read, why it ended (None: running), and
+    their logprobs (zeros unless the request's config asked for them)."""
     import openvino_genai as ov
 
     new_ids: list[int] = []
+    logprobs: list[float] = []
     reason = None
     for output in handle.read().values():  # one sequence per request (no beams)
         new_ids += output.generated_ids
+        logprobs += output.generated_log_probs
         if output.finish_reason == ov.GenerationFinishReason.LENGTH:
             reason = FinishReason.LENGTH
         elif output.finish_reason != ov.GenerationFinishReason.NONE:
             reason = FinishReason.STOP
-    return new_ids, reason
+    return new_ids, reason, logprobs

@@ -22,12 +22,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common.logprobs import engine_refusal
 from common.schemas import FinishReason
 from worker.engine import child_hygiene
 from worker.engine.detokenizer import Decoder, load_tokenizer
 from worker.engine.output import OutputProcessor
 from worker.engine.protocol import ContinuationRefused, EngineStats
-from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, model_request
+from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, TokenLogprobs, model_request
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +126,8 @@ def generation_config(sampling: Sampling, stop_token_ids: set[int]) -> Any:
         config.rng_seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
     else:
         config.do_sample = False
+    if sampling.logprobs:
+        config.logprobs = 1  # the chosen token's logprob: all the pipeline computes
     if sampling.response_format is not None:  # the HF engine's grammar: compact JSON, no free whitespace
         config.structured_output_config = ov.StructuredOutputConfig(
             grammar=json_grammar_ebnf(sampling.response_format))
@@ -226,6 +229,8 @@ class OpenVINOEngine:
                              f"KV cache ({capacity} tokens; LLMQ_KV_CACHE_MB)")
         if request.sampling.response_format is not None:
             json_grammar(request.sampling.response_format)  # a schema no grammar enforces: refused here
+        if request.sampling.logprobs and (reason := engine_refusal("openvino", request.sampling.top_logprobs)):
+            raise ValueError(reason)
         self.processor.add(request, detok)
         self._waiting.append(model)
         self._send_what_fits()
@@ -322,8 +327,10 @@ class OpenVINOEngine:
         log.error("OpenVINO step failed; failing %d requests", len(self.processor))
         return self.processor.fail_all(message[1])  # "failed"
 
-    def _advance(self, request_id: str, new_ids: list[int], reason: FinishReason | None) -> RequestOutput:
-        out = self.processor.advance(request_id, new_ids, reason)
+    def _advance(self, request_id: str, new_ids: list[int], reason: FinishReason | None,
+                 logprobs: list[float] | None = None) -> RequestOutput:
+        computed = [TokenLogprobs(lp) for lp in logprobs] if logprobs is not None else None
+        out = self.processor.advance(request_id, new_ids, reason, computed)
         if out.finished and reason is None:  # a stop string: the core would go on without us
             self.conn.send(("cancel", request_id))
         return out

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 from common.schemas import FinishReason
 from worker.engine.detokenizer import Decoder, IncrementalDetokenizer
 from worker.engine.protocol import ContinuationRefused, EngineStats
-from worker.engine.sequence import EngineRequest, RequestOutput
+from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, TokenLogprobs
+from worker.engine.token_text import TokenTexts
 
 
 @dataclass
@@ -37,6 +38,7 @@ class OutputProcessor:
         self.tokenizer = tokenizer
         self.stats = stats
         self.eos_token_ids = frozenset(eos_token_ids)
+        self.texts = TokenTexts(tokenizer)  # tokens as logprobs entries show them
         self._tracked: dict[str, _Tracked] = {}
         self._cancelled: list[str] = []
 
@@ -92,32 +94,46 @@ class OutputProcessor:
     def has_unfinished(self) -> bool:
         return bool(self._tracked) or bool(self._cancelled)
 
+    def sampling(self, request_id: str) -> Sampling:
+        return self._tracked[request_id].request.sampling
+
     def is_new(self, request_id: str) -> bool:
         """No token received yet: its next step is its prefill."""
         tracked = self._tracked[request_id]
         return tracked.seen == tracked.start
 
     # --- outputs ----------------------------------------------------------------------------
-    def advance(self, request_id: str, new_ids: list[int],
-                engine_reason: FinishReason | None = None) -> RequestOutput:
+    def advance(self, request_id: str, new_ids: list[int], engine_reason: FinishReason | None = None,
+                logprobs: list[TokenLogprobs] | None = None) -> RequestOutput:
         """This step's tokens of one request; `engine_reason` is why the engine ended it (None:
         still running). A finished output while `engine_reason` is None ended here (EOS, stop
-        string, max_tokens): the caller drops the request from its engine."""
+        string, max_tokens): the caller drops the request from its engine. `logprobs`: what the
+        engine computed for each of `new_ids`, when the request asked for them."""
         tracked = self._tracked[request_id]
         tracked.seen += len(new_ids)
         self.stats.tokens_generated += len(new_ids)
         text = ""
-        for token in new_ids:
+        for used, token in enumerate(new_ids, 1):
             if token in self.eos_token_ids:
-                return self._end(request_id, FinishReason.STOP, text + tracked.detok.flush(), new_ids)
+                return self._end(request_id, FinishReason.STOP, text + tracked.detok.flush(), new_ids,
+                                 self._entries(tracked, new_ids[:used], logprobs))
             text += tracked.detok.add(token)
             if tracked.detok.stopped:  # nothing after a stop string counts, even in this step
-                return self._end(request_id, FinishReason.STOP, text, new_ids)
+                return self._end(request_id, FinishReason.STOP, text, new_ids,
+                                 self._entries(tracked, new_ids[:used], logprobs))
         if engine_reason is None and tracked.seen >= tracked.request.sampling.max_tokens:
             engine_reason = FinishReason.LENGTH
+        entries = self._entries(tracked, new_ids, logprobs)
         if engine_reason is not None:
-            return self._end(request_id, engine_reason, text + tracked.detok.flush(), new_ids)
-        return self._output(tracked, text, new_ids, None)
+            return self._end(request_id, engine_reason, text + tracked.detok.flush(), new_ids, entries)
+        return self._output(tracked, text, new_ids, None, entries)
+
+    def _entries(self, tracked: _Tracked, ids: list[int], logprobs: list[TokenLogprobs] | None) -> list[dict] | None:
+        """The logprobs entries of these tokens (special tokens have none); None when not asked."""
+        if not tracked.request.sampling.logprobs:
+            return None
+        entries = (self.texts.entry(token, computed) for token, computed in zip(ids, logprobs or ()))
+        return [entry for entry in entries if entry is not None]
 
     def finish(self, request_id: str, reason: FinishReason, error: str | None = None,
                new_ids: list[int] | None = None) -> RequestOutput:
@@ -135,13 +151,14 @@ class OutputProcessor:
         self._cancelled.clear()
         return [self.finish(request_id, FinishReason.ERROR, message) for request_id in self.ids()]
 
-    def _end(self, request_id: str, reason: FinishReason, text: str, new_ids: list[int]) -> RequestOutput:
-        return self._output(self._tracked.pop(request_id), text, new_ids, reason)
+    def _end(self, request_id: str, reason: FinishReason, text: str, new_ids: list[int],
+             entries: list[dict] | None = None) -> RequestOutput:
+        return self._output(self._tracked.pop(request_id), text, new_ids, reason, entries)
 
     def _output(self, tracked: _Tracked, text: str, new_ids: list[int],
-                reason: FinishReason | None) -> RequestOutput:
+                reason: FinishReason | None, entries: list[dict] | None = None) -> RequestOutput:
         return RequestOutput(
             request_id=tracked.request.request_id, text=text, new_token_ids=new_ids,
             finished=reason is not None, finish_reason=reason,
             prompt_tokens=len(tracked.request.prompt_token_ids), completion_tokens=tracked.seen,
-            batch_size=self.stats.last_batch_size)
+            batch_size=self.stats.last_batch_size, logprobs=entries)

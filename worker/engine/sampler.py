@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from worker.engine.sequence import Sampling
+from worker.engine.sequence import Sampling, TokenLogprobs
 
 
 def make_generator(sampling: Sampling) -> torch.Generator:
@@ -52,3 +52,18 @@ def _sample_row(logits: torch.Tensor, sampling: Sampling, generator: torch.Gener
         sorted_probs = sorted_probs * keep
         probs = torch.zeros_like(probs).scatter_(0, order, sorted_probs)
     return int(torch.multinomial(probs, 1, generator=generator))
+
+
+def raw_logprobs(logits: torch.Tensor, params: list[Sampling]) -> torch.Tensor | None:
+    """The model's own log-distribution per row (before temperature, penalties and masks), when
+    any row asked for logprobs (common/logprobs.py says why raw)."""
+    if not any(sampling.logprobs for sampling in params):
+        return None
+    return torch.log_softmax(logits.float(), dim=-1)
+
+
+def token_logprobs(row: torch.Tensor, token: int, top: int) -> TokenLogprobs:
+    """One row's logprob of `token` and its `top` most likely tokens."""
+    best = torch.topk(row, top) if top else None
+    alternatives = tuple(zip(best.indices.tolist(), best.values.tolist())) if best is not None else ()
+    return TokenLogprobs(float(row[token]), alternatives)

@@ -29,6 +29,8 @@ class Sampling:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     response_format: ResponseFormat | None = None
+    logprobs: bool = False  # each token's logprob (common/logprobs.py) ...
+    top_logprobs: int = 0  # ... and this many most likely alternatives
 
 
 @dataclass(frozen=True)
@@ -114,3 +116,13 @@ class RequestOutput:
     batch_size: int = 1
     error: str | None = None
     error_type: str = "engine_error"  # "invalid_request" when the engine refused the request itself
+    logprobs: list[dict] | None = None  # with Sampling.logprobs: one entry per token (common/logprobs.py)
+
+
+@dataclass(frozen=True)
+class TokenLogprobs:
+    """What an engine computed for one generated token: its logprob and the top alternatives
+    as (token id, logprob), most likely first."""
+
+    logprob: float
+    top: tuple[tuple[int, float], ...] = ()

@@ -22,7 +22,7 @@ from worker.engine import child_hygiene
 from worker.engine.detokenizer import Decoder, load_tokenizer
 from worker.engine.output import OutputProcessor
 from worker.engine.protocol import ContinuationRefused, EngineStats
-from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, model_request
+from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, TokenLogprobs, model_request
 from worker.pinning import cpu_binding_env, parallel_layout, relay_delay_s
 
 log = logging.getLogger(__name__)
@@ -45,11 +45,28 @@ def vllm_sampling_params(sampling: Sampling) -> Any:
                                   detokenize=False, output_kind=RequestOutputKind.DELTA)
     if sampling.top_k > 0:  # leave vLLM's own "disabled" default otherwise (-1 or 0 by version)
         kwargs["top_k"] = sampling.top_k
+    if sampling.logprobs:  # the sampled token's logprob and this many alternatives (raw, by default)
+        kwargs["logprobs"] = sampling.top_logprobs
     fmt = sampling.response_format
     if fmt is not None:
         constraint = {"json": fmt.schema} if fmt.kind == "json_schema" and fmt.schema else {"json_object": True}
         kwargs["structured_outputs"] = StructuredOutputsParams(**constraint)
     return SamplingParams(**kwargs)
+
+
+def vllm_logprobs(completion: Any, top: int) -> list[TokenLogprobs] | None:
+    """vLLM's logprobs of a step's tokens as the output processor takes them. vLLM gives one
+    {token id: Logprob(logprob, rank)} per token: the `top` most likely (ranks 1..top) and the
+    sampled token, which is an extra entry when it is not among them."""
+    steps = getattr(completion, "logprobs", None)
+    if steps is None:
+        return None
+    computed = []
+    for token, ranked in zip(completion.token_ids, steps):
+        best = sorted((lp.rank, tid, lp.logprob) for tid, lp in ranked.items()
+                      if lp.rank is not None and lp.rank <= top)
+        computed.append(TokenLogprobs(ranked[token].logprob, tuple((tid, lp) for _, tid, lp in best[:top])))
+    return computed
 
 
 def vllm_dtype(name: str) -> str:
@@ -227,7 +244,9 @@ class VLLMEngine:
     def _advance(self, result: Any) -> RequestOutput:
         completion = result.outputs[0]  # this step's tokens only (RequestOutputKind.DELTA)
         reason = _REASONS.get(completion.finish_reason, FinishReason.STOP) if result.finished else None
-        out = self.processor.advance(result.request_id, list(completion.token_ids), reason)
+        top = self.processor.sampling(result.request_id).top_logprobs
+        out = self.processor.advance(result.request_id, list(completion.token_ids), reason,
+                                     vllm_logprobs(completion, top))
         if out.finished and reason is None:  # a stop string: vLLM would go on without us
             self.core.abort_request([result.request_id])
         return out
