@@ -16,7 +16,7 @@ from common.batch_lines import ENDPOINTS
 from common.errors import ApiError
 from api.files_api import file_or_404, owned_or_404, owner_id, page_limit
 from api.jobs import json_body
-from api.openai_api import openai_error
+from api.job_answers import openai_error
 from api.services import services
 from common.batches import CANCELLABLE, BatchStatus, batch_object, kick
 from common.webhooks import WebhookUrlError, validate_webhook_url

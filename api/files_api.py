@@ -15,7 +15,7 @@ from werkzeug.exceptions import RequestEntityTooLarge
 
 from api.auth import current_key
 from common.errors import ApiError
-from api.openai_api import openai_error
+from api.job_answers import openai_error
 from api.services import services
 from common.files import count_lines, file_object
 

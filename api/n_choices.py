@@ -22,7 +22,7 @@ from flask import Response, jsonify
 
 from api.auth import current_key
 from api.logprob_engines import check_logprobs
-from api.openai_api import _cancel_after_disconnect, _job_error, _wait_for_end
+from api.job_answers import cancel_after_disconnect, job_error, wait_for_end
 from api.services import Services, services
 from api.sse import job_event_stream, streaming_response
 from api.submit import submit_job
@@ -59,13 +59,13 @@ def complete_choices(surface: Surface, body) -> Response:
             return streaming_response(_chunks(svc, surface, records, body.include_usage), slot,
                                       {"Connection": "keep-alive", **_job_headers(records)})
     try:
-        records = [_wait_for_end(svc, record) for record in records]
+        records = [wait_for_end(svc, record) for record in records]
     finally:
         slot.release()
     failed = next((r for r in records if r["status"] != JobStatus.SUCCEEDED), None)
     if failed is not None:
         _cancel_all(svc, records)
-        raise _job_error(failed)
+        raise job_error(failed)
     response = jsonify(merged_response(surface, records))
     response.headers.update(_job_headers(records))
     return response
@@ -137,7 +137,7 @@ def _chunks(svc: Services, surface: Surface, records: list[dict], include_usage:
             done = yield from _relay(svc, surface, head, index, record["id"], extra)
             if done is None or done["status"] != JobStatus.SUCCEEDED:
                 if done is not None:
-                    error = _job_error({**record, **done})
+                    error = job_error({**record, **done})
                     yield sse_data(error_body(error.status, error.message, error.type))
                     yield sse_data("[DONE]")
                     finished = True
@@ -153,7 +153,7 @@ def _chunks(svc: Services, surface: Surface, records: list[dict], include_usage:
     finally:
         if not finished and svc.settings.cancel_on_disconnect:
             for record in records:
-                _cancel_after_disconnect(svc, record["id"])
+                cancel_after_disconnect(svc, record["id"])
 
 
 def _relay(svc: Services, surface: Surface, head: dict, index: int, job_id: str, extra: dict):

@@ -18,7 +18,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from api.auth import current_key, may_access
 from api.jobs import json_body
-from api.openai_api import job_error, wait_for_end, log_events, openai_error
+from api.job_answers import job_error, log_events, openai_error, wait_for_end
 from api.responses_stream import ResponseStream, job_id_of, response_object
 from api.services import Services, services
 from api.sse import job_event_stream, streaming_response

@@ -8,7 +8,6 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
 from api import create_app
-from api.responses_stream import ResponseStream
 from common.api_keys import hash_key
 from common.schemas import JobStatus
 from tests.support.settings import fresh_namespace

@@ -189,7 +189,8 @@ def assert_openai_error(exc_info, status, param=None):
     ({"n": 9}, "n"),
     ({"temperature": 5}, "temperature"),
     ({"top_logprobs": 2}, "top_logprobs"),  # without logprobs: true
-    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}]}, "tools"),
+    ({"tools": [{"type": "function", "function": {"name": "f", "parameters": {}}}],
+      "tool_choice": {"type": "function", "function": {"name": "g"}}}, "tool_choice"),
     ({"response_format": {"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "objekt"}}}},
      "response_format"),
     ({"response_format": {"type": "xml"}}, "response_format"),

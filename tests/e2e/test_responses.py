@@ -45,7 +45,7 @@ def poll(client, response_id: str):
 
 def test_background_create_then_poll_to_completed(client):
     created = client.responses.create(model=MODEL, input="What is the capital of France?", background=True,
-                                      max_output_tokens=24, temperature=0)
+                                      max_output_tokens=24, temperature=0, extra_body={"cache": False})
     assert created.id.startswith("resp_") and created.status in ("queued", "in_progress")
     done = poll(client, created.id)
     assert done.status in ("completed", "incomplete") and done.output_text
