@@ -18,6 +18,7 @@ from flask import Blueprint, Response, jsonify, request
 
 from api.auth import current_key, may_access
 from api.jobs import json_body
+from api.logprob_engines import check_logprobs
 from api.job_answers import job_error, log_events, openai_error, wait_for_end
 from api.responses_stream import ResponseStream, job_id_of, response_object
 from api.services import Services, services
@@ -41,6 +42,7 @@ def create_response():
     body.check()
     conversation = _history(svc, body.previous_response_id) + items_as_messages(body.input_items())
     job = body.job_request(conversation)
+    check_logprobs(svc, job)  # a 400 naming the engine's limit
     extra = {"response": ResponseRecord.of(body, conversation).model_dump()}
     if body.background and not body.stream:
         _, record = submit_job(svc, job, extra)
@@ -191,7 +193,7 @@ def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: b
                 if event == "comment":
                     yield data
                 elif event == "chunk":
-                    yield from send(stream.on_chunk(data["text"]))
+                    yield from send(stream.on_chunk(data["text"], data.get("logprobs")))
                 elif event == "restart":  # numbered events already sent cannot be taken back
                     yield _error_event("the worker running this response was lost; it runs again: "
                                        "retrieve it to see its new output")

@@ -39,7 +39,7 @@ def response_object(record: dict, output: list[OutputItem] | None = None,
     status = status or response_status(record)
     ended = status not in ("queued", "in_progress")
     if output is None:
-        output = Output(record).read(record.get("text", ""), status) if ended else []
+        output = Output(record).read(record.get("text", ""), status, record.get("logprobs")) if ended else []
     error = record.get("error") or {}
     return ResponseObject(
         id=response_id(record["id"]), created_at=int(record["created_at"]), status=status, model=record["model"],
@@ -54,6 +54,7 @@ def response_object(record: dict, output: list[OutputItem] | None = None,
         previous_response_id=meta.get("previous_response_id"), temperature=meta.get("temperature"),
         top_p=meta.get("top_p"), text=meta.get("text") or {"format": {"type": "text"}},
         tool_choice=meta.get("tool_choice", "auto"), tools=meta.get("tools", []), metadata=meta.get("metadata", {}),
+        top_logprobs=meta.get("top_logprobs"),
         usage=ResponseUsage.of(record) if ended else None)
 
 
@@ -66,24 +67,32 @@ class Output:
         self.calls = ToolCallStream(self.job_id, calling) if calling else None
         self.items: list[OutputItem] = []
         self._message: OutputMessage | None = None
+        self.logprobs = bool((record.get("response") or {}).get("logprobs"))
+        self._logprobs: list[dict] = []
 
-    def feed(self, text: str) -> list[dict]:
-        """The events (without numbers) for the next piece of text."""
+    def feed(self, text: str, logprobs: list[dict] | None = None) -> list[dict]:
+        """The events (without numbers) for the next piece of text, and its tokens' logprobs
+        when they were asked for (never with tools: api/responses_api.py)."""
         pieces = self.calls.feed(text) if self.calls else [TextPiece(text)] if text else []
+        if self.logprobs:  # a token that gave no text yet goes with the next text
+            self._logprobs += logprobs or []
         return [e for piece in pieces for e in self._on(piece)]
 
     def finish(self, status: ResponseStatus) -> list[dict]:
         """The events that close what is open once the text has ended."""
         events = [e for piece in (self.calls.finish() if self.calls else []) for e in self._on(piece)]
         item_status = "completed" if status == "completed" else "incomplete"
+        if self._message and self._logprobs:  # the last tokens gave no text of their own
+            self._message.content[0].logprobs += self._logprobs
+        self._logprobs = []
         events += self._close_message(item_status)
         for i, item in enumerate(self.items):
             if item.status == "in_progress":  # a forced call cut short
                 self.items[i] = item.model_copy(update={"status": item_status})
         return events
 
-    def read(self, text: str, status: ResponseStatus) -> list[OutputItem]:
-        self.feed(text)
+    def read(self, text: str, status: ResponseStatus, logprobs: list[dict] | None = None) -> list[OutputItem]:
+        self.feed(text, logprobs)
         self.finish(status)
         return self.items
 
@@ -92,8 +101,10 @@ class Output:
             events = [] if self._message else self._open_message()
             part = self._message.content[0]
             part.text += piece.text
+            taken, self._logprobs = self._logprobs, []
+            part.logprobs += taken
             return events + [dict(cls=OutputTextDelta, item_id=self._message.id, output_index=self._index(),
-                                  delta=piece.text)]
+                                  delta=piece.text, logprobs=taken)]
         if isinstance(piece, CallStart):
             events = self._close_message("completed")
             item = FunctionCallItem(id=f"fc_{self.job_id[:24]}_{len(self.items)}", call_id=piece.call_id,
@@ -128,7 +139,8 @@ class Output:
         index = self.items.index(message)
         message.status = status
         part = message.content[0]
-        return [dict(cls=OutputTextDone, item_id=message.id, output_index=index, text=part.text),
+        return [dict(cls=OutputTextDone, item_id=message.id, output_index=index, text=part.text,
+                     logprobs=part.logprobs),
                 dict(cls=ContentPartEvent, type="response.content_part.done", item_id=message.id,
                      output_index=index, part=part.model_copy()),
                 dict(cls=OutputItemEvent, type="response.output_item.done", output_index=index,
@@ -152,8 +164,8 @@ class ResponseStream:
         return [self._number(dict(cls=ResponseEvent, type="response.created", response=queued)),
                 self._number(dict(cls=ResponseEvent, type="response.queued", response=queued))]
 
-    def on_chunk(self, text: str) -> list[StreamEvent]:
-        return self._start() + [self._number(e) for e in self.output.feed(text)]
+    def on_chunk(self, text: str, logprobs: list[dict] | None = None) -> list[StreamEvent]:
+        return self._start() + [self._number(e) for e in self.output.feed(text, logprobs)]
 
     def on_done(self, record: dict) -> list[StreamEvent]:
         """The closing events; `record` is the job's once it has ended."""

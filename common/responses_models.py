@@ -96,6 +96,7 @@ class ResponseObject(BaseModel):
     text: dict = Field(default_factory=lambda: {"format": {"type": "text"}})
     tool_choice: Any = "auto"
     tools: list[dict] = Field(default_factory=list)
+    top_logprobs: int | None = None
     truncation: Literal["disabled", "auto"] = "disabled"
     metadata: dict[str, str] = Field(default_factory=dict)
     usage: ResponseUsage | None = None

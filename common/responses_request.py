@@ -20,9 +20,12 @@ from common.tools import FunctionSpec
 
 # parameter -> the values that mean "not used"; anything else is refused
 UNSUPPORTED: dict[str, tuple] = {
-    "conversation": (None,), "prompt": (None,), "top_logprobs": (None, 0),
+    "conversation": (None,), "prompt": (None,),
     "context_management": (None, []), "background_options": (None,),
 }
+
+
+LOGPROBS_INCLUDE = "message.output_text.logprobs"
 
 
 def _invalid(message: str, param: str) -> ApiError:
@@ -132,7 +135,9 @@ class ResponseCreate(BaseModel):
     stream: bool | None = None
     store: bool | None = None
     metadata: dict[str, str] | None = Field(None, max_length=16)
-    # accepted: they change nothing here
+    top_logprobs: int | None = Field(None, ge=0, le=20, description="the most likely alternatives to each "
+                                                                   "token of the output text, with its logprob")
+    # "message.output_text.logprobs" returns the output text's logprobs; the rest change nothing here
     include: list[str] | None = None
     reasoning: dict | None = None
     truncation: Literal["auto", "disabled"] | None = None
@@ -146,7 +151,6 @@ class ResponseCreate(BaseModel):
     # refused unless "not used" (UNSUPPORTED)
     conversation: Any = None
     prompt: Any = None
-    top_logprobs: int | None = None
     context_management: Any = None
     background_options: Any = None
     # llmq extensions (the openai client's `extra_body`)
@@ -174,6 +178,13 @@ class ResponseCreate(BaseModel):
                                f"{name}={getattr(self, name)!r} is not supported by this server", param=name)
         if self.background and self.store is False:
             raise _invalid("background responses must be stored (store: true)", "store")
+        if self.wants_logprobs and self.tools:  # calls are read from the text: its tokens map to no part
+            raise ApiError(400, "unsupported_parameter", "logprobs with tools are not supported",
+                           param="top_logprobs" if self.top_logprobs else "include")
+
+    @property
+    def wants_logprobs(self) -> bool:
+        return bool(self.top_logprobs) or LOGPROBS_INCLUDE in (self.include or [])
 
     def input_items(self) -> list[dict]:
         """The input as items (each with `status`, and the `id` the client gave, if any), as
@@ -191,6 +202,8 @@ class ResponseCreate(BaseModel):
                 fields[name] = getattr(self, name)
         if self.max_output_tokens is not None:
             fields["max_tokens"] = self.max_output_tokens
+        if self.wants_logprobs:
+            fields.update(logprobs=True, top_logprobs=self.top_logprobs or 0)
         if self.tools:
             fields["tools"] = [{"type": "function", "function": t.model_dump(exclude={"type"}, exclude_none=True)}
                                for t in self.tools]
@@ -258,6 +271,8 @@ class ResponseRecord(BaseModel):
     top_p: float | None = None
     text: dict | None = None
     tools: list[dict] = Field(default_factory=list)
+    top_logprobs: int | None = None
+    logprobs: bool = False  # the output text's logprobs were asked for
     tool_choice: Any = "auto"
     parallel_tool_calls: bool = True
     metadata: dict[str, str] = Field(default_factory=dict)
@@ -271,6 +286,7 @@ class ResponseRecord(BaseModel):
                    temperature=body.temperature, top_p=body.top_p,
                    text=body.text.model_dump(exclude_none=True, by_alias=True) if body.text else None,
                    tools=[t.model_dump(exclude_none=True) for t in body.tools or []],
+                   top_logprobs=body.top_logprobs, logprobs=body.wants_logprobs,
                    tool_choice=(body.tool_choice.model_dump() if isinstance(body.tool_choice, FunctionChoice)
                                 else body.tool_choice or "auto"), parallel_tool_calls=body.parallel_tool_calls is not False,
                    metadata=body.metadata or {}, input_items=body.input_items(), conversation=conversation)

@@ -108,3 +108,14 @@ def test_events_are_numbered_the_same_however_the_log_is_read(api, settings):
     assert message.content[0].text == "The time is:" and call.name == "get_time" and call.arguments == "{}"
     resumed = events(create_app(settings), after=6)
     assert [e.model_dump() for e in resumed] == [e.model_dump() for e in whole[7:]]
+
+
+def test_logprobs_with_tools_are_refused_naming_the_parameter(api):
+    tool = {"type": "function", "name": "f", "parameters": {"type": "object"}}
+    for extra, param in (({"top_logprobs": 2}, "top_logprobs"), ({"include": ["message.output_text.logprobs"]},
+                                                                  "include")):
+        reply = api.post("/v1/responses", json={"model": MODEL, "input": "x", "tools": [tool], **extra},
+                         headers=bearer("alice"))
+        assert reply.status_code == 400 and reply.get_json()["error"]["param"] == param
+    reply = api.post("/v1/responses", json={"model": MODEL, "input": "x", "top_logprobs": 21}, headers=bearer("alice"))
+    assert reply.status_code == 400 and reply.get_json()["error"]["param"] == "top_logprobs"

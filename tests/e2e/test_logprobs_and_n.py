@@ -124,3 +124,16 @@ def test_jobs_api_logprobs_in_chunks_and_record(hf_stack):
     assert "".join(e["token"] for e in final["logprobs"]) == final["text"]
     assert all(len(e["top_logprobs"]) == 1 for e in final["logprobs"])
     assert json.dumps(final["logprobs"])  # plain JSON: no NaN or infinity
+
+
+def test_a_responses_output_text_carries_its_logprobs(client, model_ref):
+    """The Responses API: `top_logprobs` (or include message.output_text.logprobs) gives the output
+    text's logprobs, whole and streamed, the same ones."""
+    request = dict(model=model_ref.name, input="Name a colour.", max_output_tokens=8, temperature=0, top_logprobs=2,
+                   include=["message.output_text.logprobs"], extra_body={"cache": False})
+    whole = client.responses.create(**request)
+    entries = whole.output[0].content[0].logprobs
+    assert entries and all(e.logprob <= 0 and len(e.top_logprobs) == 2 for e in entries)
+    assert "".join(e.token for e in entries) == whole.output_text
+    streamed = [e for e in client.responses.create(**request, stream=True) if e.type == "response.output_text.delta"]
+    assert [t.token for e in streamed for t in e.logprobs] == [e.token for e in entries]
