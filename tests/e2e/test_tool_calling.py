@@ -2,6 +2,8 @@
 ChatOpenAI, the OpenAI Agents SDK) against a live llmq and the embedded model. A forced call
 (required, or a named function) is enforced by the engine's structured output, so even this tiny
 model makes a call whose arguments are valid for its schema."""
+import asyncio
+
 import openai
 import pytest
 
@@ -79,6 +81,14 @@ def test_an_agents_sdk_runner_calls_its_tool_through_responses(live_api):
                   tool_use_behavior="stop_on_first_tool")
     result = Runner.run_sync(agent, "What is the weather in Paris?", run_config=RunConfig(tracing_disabled=True))
     assert len(seen) == 1 and result.final_output == f"It is sunny in {seen[0]}."
+
+    async def streamed():  # the same run over a Responses stream
+        run = Runner.run_streamed(agent, "What is the weather in Oslo?", run_config=RunConfig(tracing_disabled=True))
+        kinds = [event.type async for event in run.stream_events()]
+        return run.final_output, kinds
+
+    output, kinds = asyncio.run(streamed())
+    assert len(seen) == 2 and output == f"It is sunny in {seen[1]}." and "raw_response_event" in kinds
 
 
 def test_a_jobs_api_job_with_tools_shows_its_calls(live_api):
