@@ -39,7 +39,7 @@ ENGINE_MODULES = {"openvino": "openvino_genai", "vllm": "vllm"}
 class Answer:
     chunks: list[str] = field(default_factory=list)  # the text of each step that made some
     token_ids: list[int] = field(default_factory=list)
-    steps: int = 0  # steps that gave this request new tokens
+    steps: int = 0  # engine steps that gave it new tokens
     finish_reason: FinishReason | None = None
 
     @property
@@ -68,13 +68,13 @@ def answers(kind: str, model_ref, prompt_ids: dict, lookup: bool) -> dict:
 
 def run_alone(engine) -> Answer:
     """Step the engine's one request to its end: its text as streamed, its ids, the steps it took."""
-    answer = Answer()
+    answer, steps_before = Answer(), engine.stats.steps
     while engine.has_unfinished():
         for output in engine.step():
             answer.chunks.append(output.text)
             answer.token_ids += output.new_token_ids
-            answer.steps += bool(output.new_token_ids)
             answer.finish_reason = output.finish_reason if output.finished else None
+    answer.steps = engine.stats.steps - steps_before  # the engine's steps, not the bunches relayed
     return answer
 
 
