@@ -55,6 +55,8 @@ def test_a_request_may_name_only_its_models_own_prompt_lookup_setting(api):
         assert f"model {model!r} is served with prompt lookup {'on' if same else 'off'}" in error["message"]
     chat = api.post("/v1/chat/completions", json={"messages": CHAT, "model": "smol", "prompt_lookup": True})
     assert chat.status_code == 400 and chat.get_json()["error"]["param"] == "prompt_lookup"
+    response = api.post("/v1/responses", json={"input": "Hello", "model": "smol", "prompt_lookup": True})
+    assert response.status_code == 400 and response.get_json()["error"]["param"] == "prompt_lookup"
     accepted = api.post("/v1/chat/completions", json={"messages": CHAT, "model": "quoting", "max_tokens": 4,
                                                       "prompt_lookup": True, "stream": True})
     assert accepted.status_code == 200
