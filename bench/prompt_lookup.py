@@ -108,7 +108,8 @@ def main() -> None:
                     tokens, seconds = tokens + made[0], seconds + made[2]
             per_round[lookup].append(tokens / seconds)
             print(f"round {round_ + 1}, lookup {'on ' if lookup else 'off'}: {tokens / seconds:.1f} tokens/s", flush=True)
-    print(f"\n| workload | tokens/s off | tokens/s on | on / off | tokens per step on |\n|---|---:|---:|---:|---:|")
+    print("\n| workload | tokens/s off | tokens/s on | on / off | tokens per step on |")
+    print("|---|---:|---:|---:|---:|")
     for name in loads:
         off, on = totals[name, False], totals[name, True]
         print(f"| {name} | {off[0] / off[2]:.1f} | {on[0] / on[2]:.1f} | {on[0] / on[2] / (off[0] / off[2]):.2f}x "

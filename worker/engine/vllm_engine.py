@@ -96,7 +96,8 @@ def build_vllm_core(model_path: str, settings) -> Any:
                       # JSON answers compact, as the other engines write them: the same text, and
                       # no run of whitespace for a weak model to spend its max_tokens on (vLLM
                       # reads this per engine, not per request)
-                      structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True),
+                      structured_outputs_config=StructuredOutputsConfig(backend="xgrammar",
+                                                                        disable_any_whitespace=True),
                       speculative_config=speculative_config(settings))
     return VllmLLMEngine.from_engine_args(args)
 
