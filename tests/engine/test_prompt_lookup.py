@@ -30,7 +30,8 @@ REQUESTS = {  # name -> (user message, sampling)
     "stop": (f"Repeat this text exactly: {PARAGRAPH}", Sampling(max_tokens=96, temperature=0, stop=("bridge",))),
     "json": (f"Read this text: {PARAGRAPH}\nAnswer in JSON: the town, the mason and the year.",
              Sampling(max_tokens=96, temperature=0, response_format=ResponseFormat("json_schema", SCHEMA))),
-    "sampled": (f"Summarise this text: {PARAGRAPH}", Sampling(max_tokens=48, temperature=0.8, seed=7)),
+    "sampled": (f"Summarise this text: {PARAGRAPH}",
+                Sampling(max_tokens=48, temperature=0.8, seed=7, presence_penalty=0.5)),
 }
 ENGINE_MODULES = {"openvino": "openvino_genai", "vllm": "vllm"}
 
@@ -114,6 +115,6 @@ def test_structured_output_is_the_same_valid_json(runs):
     assert set(json.loads(on.text)) == {"town", "mason", "year"}, on.text
 
 
-def test_sampled_requests_run_with_prompt_lookup(runs):
+def test_sampled_and_penalised_requests_run_with_prompt_lookup(runs):
     on = runs[True]["sampled"]
     assert on.text and on.finish_reason in (FinishReason.STOP, FinishReason.LENGTH)
