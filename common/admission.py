@@ -117,6 +117,7 @@ class Admission:
         digest names identical requests, for the result cache and for coalescing (None: not
         deterministic or cache off)."""
         model, builder, settings = self._model(req.model)
+        _check_prompt_lookup(req.prompt_lookup, settings, model.name)
         messages = [m.model_dump(exclude_none=True) for m in req.messages] if req.messages else None
         calling = req.tool_calling()
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if calling else None
@@ -240,6 +241,19 @@ class Admission:
 def _cache_key(model: str, prompt_ids: list[int], sampling: dict) -> str:
     blob = json.dumps({"model": model, "prompt": prompt_ids, "sampling": sampling}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _check_prompt_lookup(asked: bool | None, settings: Settings, model: str) -> None:
+    """A request may name the model's own prompt-lookup setting, never another: the OpenVINO and
+    vLLM engines build n-gram drafting into the pipeline, which then drafts for every request
+    (OpenVINO's even refuses a request that does not), so a request cannot switch it (400)."""
+    if asked is None or asked == settings.prompt_lookup:
+        return
+    state = "on" if settings.prompt_lookup else "off"
+    raise ApiError(400, "unsupported_parameter",
+                   f"prompt_lookup={str(asked).lower()}: model {model!r} is served with prompt lookup {state} "
+                   f"(LLMQ_PROMPT_LOOKUP or its catalog entry); the engines set it per model, not per request",
+                   param="prompt_lookup")
 
 
 def _sampling_within_context(req: JobRequest, prompt_tokens: int, context: int, settings: Settings) -> dict:

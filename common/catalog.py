@@ -13,6 +13,7 @@ optionally, its own engine settings:
     source = "Qwen/Qwen2.5-0.5B-Instruct"
     weights = "int4"               # any of OVERRIDABLE below
     max_batch_size = 8
+    prompt_lookup = true           # answers that quote their input: speculative decoding pays
 
 TOML or JSON (by the file's suffix), the same shape. A catalog model is resolved without the
 embedded fallback a lone `LLMQ_MODEL` has: a name must never be answered by another model.
@@ -29,7 +30,8 @@ from common.settings import Settings
 
 # Settings a catalog entry may set for its own model: how it is loaded and what a request may ask of it
 OVERRIDABLE = frozenset({"engine", "weights", "dtype", "kv_cache_mb", "max_batch_size", "max_model_len",
-                         "prefix_cache_mb", "max_prefill_tokens", "max_tokens_cap", "default_max_tokens"})
+                         "prefix_cache_mb", "max_prefill_tokens", "max_tokens_cap", "default_max_tokens",
+                         "prompt_lookup", "prompt_lookup_tokens", "prompt_lookup_ngram"})
 
 
 class CatalogError(ValueError):

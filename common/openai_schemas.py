@@ -25,7 +25,7 @@ UNSUPPORTED: dict[str, tuple] = {
 }
 # the request fields that pass on to the job as they are (the API's description reads them too)
 SAMPLING_FIELDS = ("temperature", "top_p", "top_k", "seed", "stop", "presence_penalty",
-                   "frequency_penalty", "response_format", "cache", "webhook", "webhook_events")
+                   "frequency_penalty", "response_format", "cache", "webhook", "webhook_events", "prompt_lookup")
 TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")  # chat's, also passed on as they are
 
 
@@ -70,6 +70,7 @@ class _OpenAIRequest(BaseModel):
     cache: bool | None = None
     webhook: str | None = None  # signed callbacks about the job behind this request (README)
     webhook_events: list[str] | None = None
+    prompt_lookup: bool | None = None  # the model's own setting only (JobRequest.prompt_lookup)
 
     def refuse_unsupported(self) -> None:
         for name, unused in UNSUPPORTED.items():

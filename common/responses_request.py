@@ -157,6 +157,7 @@ class ResponseCreate(BaseModel):
     top_k: int | None = None
     seed: int | None = None
     cache: bool | None = None
+    prompt_lookup: bool | None = None
 
     @field_validator("input", mode="before")
     @classmethod
@@ -197,7 +198,7 @@ class ResponseCreate(BaseModel):
         request's input, as chat messages)."""
         messages = ([{"role": "system", "content": self.instructions}] if self.instructions else []) + conversation
         fields: dict = {"model": self.model, "messages": messages, "stream": False}
-        for name in ("temperature", "top_p", "top_k", "seed", "cache", "parallel_tool_calls"):
+        for name in ("temperature", "top_p", "top_k", "seed", "cache", "parallel_tool_calls", "prompt_lookup"):
             if getattr(self, name) is not None:
                 fields[name] = getattr(self, name)
         if self.max_output_tokens is not None:

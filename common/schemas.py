@@ -249,6 +249,10 @@ class JobRequest(SamplingParams):
                                                              "'function': {'name': ...}}")
     parallel_tool_calls: bool | None = Field(None, description="with required: more than one call "
                                                                "allowed (default true)")
+    prompt_lookup: bool | None = Field(
+        None, description="prompt-lookup speculative decoding: default the model's setting "
+                          "(LLMQ_PROMPT_LOOKUP or its catalog entry); any other value is refused "
+                          "(400), as the engines set it per model")
 
     @model_validator(mode="before")
     @classmethod

@@ -57,6 +57,14 @@ class Settings(BaseSettings):
         None, description="Python of the environment that holds optimum-intel, which exports "
                           "models to OpenVINO IR; default: .venv-export beside the running "
                           "environment (ops/common.sh makes it)")
+    prompt_lookup: bool = Field(
+        False, description="prompt-lookup (n-gram) speculative decoding on the OpenVINO and vLLM "
+                           "engines: draft tokens are copied from the prompt where its last tokens "
+                           "occurred before, and the model checks them all in one step; the same "
+                           "answer, faster when answers quote their input (edits, extraction, "
+                           "summaries), slower otherwise (docs/engines.md)")
+    prompt_lookup_tokens: int = Field(4, ge=1, le=16, description="draft tokens proposed per step")
+    prompt_lookup_ngram: int = Field(3, ge=1, le=8, description="longest n-gram matched to find a draft")
     max_batch_size: int = Field(16, ge=1, le=256)
     kv_cache_mb: int = Field(2048, ge=1, description="KV cache memory budget per worker; admission keeps "
                              "running rows x their longest reservation (prompt + max_tokens) inside it")

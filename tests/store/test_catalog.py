@@ -17,6 +17,8 @@ source = "embedded"
 source = "Qwen/Qwen2.5-0.5B-Instruct"
 weights = "int4"
 max_batch_size = 8
+prompt_lookup = true
+prompt_lookup_tokens = 6
 """
 
 
@@ -28,7 +30,9 @@ def test_a_toml_catalog_names_models_with_their_own_settings(tmp_path):
     assert catalog.get(None).name == "qwen" and catalog.get("smol").name == "smol" and catalog.get("x") is None
     qwen = catalog.get("qwen").settings(make_settings(max_batch_size=16))
     assert (qwen.model, qwen.weights, qwen.max_batch_size) == ("Qwen/Qwen2.5-0.5B-Instruct", "int4", 8)
-    assert catalog.get("smol").settings(make_settings(max_batch_size=16)).max_batch_size == 16
+    assert (qwen.prompt_lookup, qwen.prompt_lookup_tokens, qwen.prompt_lookup_ngram) == (True, 6, 3)
+    smol = catalog.get("smol").settings(make_settings(max_batch_size=16))
+    assert smol.max_batch_size == 16 and smol.prompt_lookup is False
 
 
 def test_a_json_catalog_defaults_to_its_first_model(tmp_path):
@@ -41,6 +45,7 @@ def test_a_json_catalog_defaults_to_its_first_model(tmp_path):
     ("[models.a]\nweights = 'int8'", "needs source"),
     ("[models.a]\nsource = 'embedded'\nredis_url = 'redis://elsewhere'", "unknown settings ['redis_url']"),
     ("[models.a]\nsource = 'embedded'\nmax_batch_size = 'many'", "max_batch_size"),
+    ("[models.a]\nsource = 'embedded'\nprompt_lookup_tokens = 0", "prompt_lookup_tokens"),
     ("default = 'b'\n[models.a]\nsource = 'embedded'", "default 'b' is not one of its models"),
     ("title = 'no models'", "no [models.<name>] entries"),
     ("[models.a\nsource = ", "catalog"),

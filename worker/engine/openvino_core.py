@@ -43,14 +43,15 @@ def run_core(source: Path, model_dir: Path, settings, conn: Connection) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        from worker.engine.openvino_engine import build_pipeline, eos_token_ids
+        from worker.engine.openvino_engine import build_pipeline, eos_token_ids, prompt_lookup
 
         pipeline, info = build_pipeline(source, model_dir, settings)
     except Exception as exc:  # unreadable model, missing package: the parent falls back
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", info))
-    core = _Core(pipeline, eos_token_ids(model_dir), conn, settings.stream_interval_ms / 1000)
+    core = _Core(pipeline, eos_token_ids(model_dir), conn, settings.stream_interval_ms / 1000,
+                 prompt_lookup(settings))
     try:
         core.serve()
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
@@ -58,8 +59,10 @@ def run_core(source: Path, model_dir: Path, settings, conn: Connection) -> None:
 
 
 class _Core:
-    def __init__(self, pipeline: Any, stop_token_ids: set[int], conn: Connection, interval_s: float):
+    def __init__(self, pipeline: Any, stop_token_ids: set[int], conn: Connection, interval_s: float,
+                 lookup: tuple[int, int] | None = None):
         self.pipeline = pipeline
+        self.lookup = lookup  # (draft tokens, n-gram size) every request of a prompt-lookup pipeline carries
         self.stop_token_ids = stop_token_ids
         self.conn = conn
         self.interval_s = interval_s
@@ -104,7 +107,7 @@ class _Core:
 
         prompt_ids, sampling = args
         try:
-            config = generation_config(sampling, self.stop_token_ids)
+            config = generation_config(sampling, self.stop_token_ids, self.lookup)
             ids = ov.Tensor(np.asarray([prompt_ids], dtype=np.int64))
             self.handles[request_id] = self.pipeline.add_request(self._next_id, ids, config)
             self._next_id += 1

@@ -104,10 +104,17 @@ def compute_dtype(props: dict[str, Any]) -> str:
     return {short: name for name, short in _PRECISIONS.items()}.get(precision, precision)
 
 
-def generation_config(sampling: Sampling, stop_token_ids: set[int]) -> Any:
+def prompt_lookup(settings) -> tuple[int, int] | None:
+    """(draft tokens per step, longest n-gram matched) when the pipeline drafts from the prompt."""
+    return (settings.prompt_lookup_tokens, settings.prompt_lookup_ngram) if settings.prompt_lookup else None
+
+
+def generation_config(sampling: Sampling, stop_token_ids: set[int], lookup: tuple[int, int] | None = None) -> Any:
     """llmq's `Sampling` as OpenVINO's `GenerationConfig`. Stop strings are applied by llmq (see
     `output`); a request without a seed gets a random one, since OpenVINO's default seed would
-    make every unseeded sampled request alike."""
+    make every unseeded sampled request alike. A pipeline built with prompt lookup refuses any
+    request whose config lacks its draft length and n-gram size (`lookup`), so every request there
+    carries them: it cannot opt out."""
     import openvino_genai as ov
 
     from worker.engine.structured import json_grammar_ebnf
@@ -128,6 +135,8 @@ def generation_config(sampling: Sampling, stop_token_ids: set[int]) -> Any:
         config.do_sample = False
     if sampling.logprobs:
         config.logprobs = 1  # the chosen token's logprob: all the pipeline computes
+    if lookup is not None:
+        config.num_assistant_tokens, config.max_ngram_size = lookup
     if sampling.response_format is not None:  # the HF engine's grammar: compact JSON, no free whitespace
         config.structured_output_config = ov.StructuredOutputConfig(
             grammar=json_grammar_ebnf(sampling.response_format))
@@ -149,9 +158,13 @@ def build_pipeline(source: Path, model_dir: Path, settings) -> tuple[Any, dict[s
     scheduler.max_num_batched_tokens = max(settings.max_prefill_tokens, settings.max_batch_size)
     scheduler.dynamic_split_fuse = True  # long prompts are prefilled in chunks beside running decodes
     scheduler.enable_prefix_caching = settings.prefix_cache_mb > 0
-    pipeline = ov.ContinuousBatchingPipeline(str(source), scheduler, "CPU", props)
+    lookup = prompt_lookup(settings)
+    # prompt lookup is the pipeline's kind (its scheduler verifies drafts), chosen once here
+    pipeline = ov.ContinuousBatchingPipeline(str(source), scheduler, "CPU",
+                                             {**props, "prompt_lookup": True} if lookup else props)
     info = {"kv_capacity_tokens": scheduler.num_kv_blocks * BLOCK_TOKENS,
-            "prefix_caching": scheduler.enable_prefix_caching, "dtype": compute_dtype(props), "threads": cpus}
+            "prefix_caching": scheduler.enable_prefix_caching, "dtype": compute_dtype(props), "threads": cpus,
+            "prompt_lookup": {"tokens": lookup[0], "ngram": lookup[1]} if lookup else False}
     return pipeline, info
 
 

@@ -37,7 +37,7 @@ def build_engine(settings, model) -> tuple[Engine, dict]:
         log.error("the %s engine cannot serve %s: %s; falling back to the %s engine", name, model.name, exc,
                   FALLBACK)
         return build_engine(settings.model_copy(update={"engine": FALLBACK}), model)
-    return engine, {"engine": name, **info}
+    return engine, {"engine": name, "prompt_lookup": False, **info}  # the HF engine never drafts
 
 
 def choose_engine(setting: str) -> str:

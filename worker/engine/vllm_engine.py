@@ -113,8 +113,20 @@ def build_vllm_core(model_path: str, settings) -> Any:
                       # JSON answers compact, as the other engines write them: the same text, and
                       # no run of whitespace for a weak model to spend its max_tokens on (vLLM
                       # reads this per engine, not per request)
-                      structured_outputs_config=StructuredOutputsConfig(backend="xgrammar", disable_any_whitespace=True))
+                      structured_outputs_config=StructuredOutputsConfig(backend="xgrammar",
+                                                                        disable_any_whitespace=True),
+                      speculative_config=speculative_config(settings))
     return VllmLLMEngine.from_engine_args(args)
+
+
+def speculative_config(settings) -> dict | None:
+    """vLLM's n-gram (prompt lookup) drafting, as the OpenVINO engine does it: up to
+    `prompt_lookup_tokens` drafts from the longest match of the last 1..`prompt_lookup_ngram`
+    tokens. vLLM sets it per engine; a request cannot opt out."""
+    if not settings.prompt_lookup:
+        return None
+    return {"method": "ngram", "num_speculative_tokens": settings.prompt_lookup_tokens,
+            "prompt_lookup_max": settings.prompt_lookup_ngram, "prompt_lookup_min": 1}
 
 
 def describe_core(core: Any) -> dict[str, Any]:
@@ -122,10 +134,12 @@ def describe_core(core: Any) -> dict[str, Any]:
     config = getattr(core, "vllm_config", None)
     if config is None:  # a test double
         return {}
-    cache = config.cache_config
+    cache, spec = config.cache_config, config.speculative_config
     blocks = cache.num_gpu_blocks or 0
+    lookup = {"tokens": spec.num_speculative_tokens, "ngram": spec.prompt_lookup_max} if spec else False
     return {"dtype": str(config.model_config.dtype).removeprefix("torch."),
-            "kv_capacity_tokens": blocks * cache.block_size, "prefix_caching": bool(cache.enable_prefix_caching)}
+            "kv_capacity_tokens": blocks * cache.block_size, "prefix_caching": bool(cache.enable_prefix_caching),
+            "prompt_lookup": lookup}
 
 
 class VLLMEngine:
