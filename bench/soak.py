@@ -29,6 +29,12 @@ at once, and one master failover in the middle (`--failover-at`). Jobs of a kill
 redelivered and continued from their logs (a `restart` on their streams only where they cannot
 be: docs/reliability.md), so with chaos `failed` may hold jobs that hit `LLMQ_MAX_ATTEMPTS`; each
 is listed with its reason.
+
+`--responses` runs the same load as OpenAI background responses through the `openai` package
+(bench/soak_responses.py: tool calls, resumes by sequence number, cancels, polls), with or without
+`--chaos`; `--apis 2` gives the stack a second API process, so resumes move between processes:
+
+    python bench/soak.py --responses --chaos --apis 2 --clients 16 --duration 300
 """
 from __future__ import annotations
 
@@ -57,6 +63,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.chaos import Chaos  # noqa: E402
 from bench.redis_ha import RedisGroup  # noqa: E402
+from bench.soak_responses import ResponsesSoak  # noqa: E402
 from common.sseclient import follow_job  # noqa: E402
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
@@ -74,12 +81,13 @@ class OwnStack:
     """redis-server + worker + gunicorn API, all on 127.0.0.1, in a temporary folder."""
 
     def __init__(self, workers: int, max_batch: int, ha: bool = False,
-                 redis_ports: str | None = None):
+                 redis_ports: str | None = None, apis: int = 1):
         self.dir = Path(tempfile.mkdtemp(prefix="llmq-soak-"))
         self.next_port = port_picker(redis_ports)
         self.redis_port = None if ha else self.next_port()
-        self.api_port = free_port()
-        self.url = f"http://127.0.0.1:{self.api_port}"
+        self.api_ports = [free_port() for _ in range(apis)]
+        self.urls = [f"http://127.0.0.1:{port}" for port in self.api_ports]
+        self.url = self.urls[0]
         env = {k: v for k, v in os.environ.items() if not k.startswith("LLMQ_")}
         env.update({k: v for k, v in os.environ.items() if k.startswith("LLMQ_")})
         env.update(LLMQ_REDIS_URL=f"redis://127.0.0.1:{self.redis_port}/0",
@@ -101,8 +109,10 @@ class OwnStack:
         self.env = env
         for i in range(workers):
             self.start_worker(f"worker{i}")
-        self._spawn("api", [sys.executable, "-m", "gunicorn", "-c", "ops/gunicorn.conf.py", "-w", "1",
-                            "-b", f"127.0.0.1:{self.api_port}", "--timeout", "300", "api.wsgi:app"], env)
+        for i, port in enumerate(self.api_ports):  # more than one: resumes move between processes
+            self._spawn(f"api{i or ''}", [sys.executable, "-m", "gunicorn", "-c", "ops/gunicorn.conf.py",
+                                          "-w", "1", "-b", f"127.0.0.1:{port}", "--timeout", "300",
+                                          "api.wsgi:app"], env)
 
     @property
     def redis_url(self) -> str:
@@ -130,7 +140,7 @@ class OwnStack:
                 if proc.poll() is not None:
                     raise RuntimeError(f"{name} exited; see {self.dir / (name + '.log')}")
             try:
-                if requests.get(f"{self.url}/health", timeout=5).json().get("workers"):
+                if all(requests.get(f"{url}/health", timeout=5).json().get("workers") for url in self.urls):
                     return
             except (requests.RequestException, ValueError):
                 pass
@@ -143,7 +153,8 @@ class OwnStack:
         return {**pids, **(self.redis_group.pids() if self.redis_group else {})}
 
     def stop(self, keep_logs: bool = False) -> None:
-        for name in ("api", *self.worker_names(), "redis"):
+        apis = [n for n in self.procs if n.startswith("api")]
+        for name in (*apis, *self.worker_names(), "redis"):
             proc = self.procs.get(name)
             if proc and proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -370,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None, help="workers of the own stack (1; 2 with --chaos)")
     parser.add_argument("--max-batch", type=int, default=16, help="the own stack's engine batch")
     parser.add_argument("--chaos", action="store_true", help="Sentinel-managed Redis, worker kills, a failover")
+    parser.add_argument("--responses", action="store_true",
+                        help="background responses through the openai package (bench/soak_responses.py)")
+    parser.add_argument("--tool-rate", type=float, default=0.3, help="with --responses: share with a tool forced")
+    parser.add_argument("--apis", type=int, default=1, help="API processes of the own stack")
     parser.add_argument("--kill-every", default="30-60", help="with --chaos: seconds between worker kills")
     parser.add_argument("--failover-at", type=float, help="with --chaos: seconds in (default: half the duration)")
     parser.add_argument("--redis-ports", help="'first-last': ports for the own Redis servers and sentinels")
@@ -396,7 +411,8 @@ def main(argv: list[str] | None = None) -> int:
         fixed = {k: v for k, v in fixed.items() if v}
         pids, redis_url = (lambda: fixed), (lambda: args.redis_url)
     else:
-        stack = OwnStack(args.workers, args.max_batch, ha=args.chaos, redis_ports=args.redis_ports)
+        stack = OwnStack(args.workers, args.max_batch, ha=args.chaos, redis_ports=args.redis_ports,
+                         apis=args.apis)
         url, pids, redis_url = stack.url, stack.pids, (lambda: stack.redis_url)
     try:
         if stack:
@@ -409,7 +425,7 @@ def main(argv: list[str] | None = None) -> int:
         started = time.monotonic()
         sampler = Sampler(pids, redis_url)
         sampler.start()
-        soak = Soak(url, args)
+        soak = ResponsesSoak(stack.urls if stack else [url], args) if args.responses else Soak(url, args)
         if args.chaos:
             low, high = map(float, args.kill_every.split("-"))
             failover_at = args.failover_at if args.failover_at is not None else args.duration / 2
@@ -446,8 +462,10 @@ def print_report(report: dict, as_json: bool, strict: bool = True) -> int:
         return 0 if ok else 1
     print(f"soak: {report['clients']} clients, {report['duration_s']:g} s of submitting "
           f"({report['wall_s']:g} s with the drain)")
-    for key in ("submitted", "succeeded", "cancelled", "failed", "lost", "answers_bad"):
-        print(f"  {key:<11} {report[key]}")
+    for key in ("submitted", "succeeded", "completed", "incomplete", "cancelled", "failed", "lost",
+                "answers_bad"):
+        if key in report:
+            print(f"  {key:<11} {report[key]}")
     for failure in report["failures"]:
         print(f"    failed {failure['id']}: {failure['status']}, {failure['error']}, attempts {failure['attempts']}")
     print(f"  client side {report['client_counts']}")

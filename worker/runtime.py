@@ -27,6 +27,7 @@ from worker.tuning import resolve as resolve_engine
 from worker.free_slots import FreeSlots
 from worker.job_runner import JobRunner
 from worker.metrics import WorkerMetrics
+from worker import orphan_tickets
 from worker.lease import Leases, lease_ttl
 from worker.load_meter import LoadMeter
 
@@ -137,6 +138,8 @@ class WorkerRuntime:
             self.free_slots.publish()
         self.leases.renew()  # keep the jobs (and broker messages) this worker holds
         self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
+        if moved := orphan_tickets.rescue(self.redis, self.keys, self.queue):
+            log.info("moved %d ticket(s) from dead workers' own queues to %s", moved, self.queue)
 
 
 def process_name() -> str:
