@@ -36,10 +36,10 @@ def wait_for_end(svc: Services, record: dict) -> dict:
     return svc.store.get(record["id"]) or {**record, "status": JobStatus.EXPIRED}
 
 
-def log_events(svc: Services, job_id: str) -> Iterator[tuple[str, dict | str]]:
+def log_events(svc: Services, job_id: str, every_attempt: bool = False) -> Iterator[tuple[str, dict | str]]:
     """The job's log for an OpenAI stream, from its start: (event, data), where a heartbeat or
     the job's place in line while it waits is ("comment", an SSE comment), which clients skip."""
-    with contextlib.closing(job_event_stream(svc, job_id, None)) as events:
+    with contextlib.closing(job_event_stream(svc, job_id, None, every_attempt=every_attempt)) as events:
         for _, event, data in events:
             if event == "heartbeat":
                 yield "comment", ": keep-alive\n\n"

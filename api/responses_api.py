@@ -188,20 +188,25 @@ def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: b
     try:
         yield from send(stream.opening())
         yield ": open\n\n"  # the first bytes go out at once, even on a resume past everything so far
-        with contextlib.closing(log_events(svc, record["id"])) as log:
+        with contextlib.closing(log_events(svc, record["id"], every_attempt=True)) as log:
             for event, data in log:
                 if event == "comment":
                     yield data
-                elif event == "chunk":
-                    yield from send(stream.on_chunk(data["text"], data.get("logprobs")))
-                elif event == "restart":  # numbered events already sent cannot be taken back
-                    yield _error_event("the worker running this response was lost; it runs again: "
-                                       "retrieve it to see its new output")
-                    return
-                elif event == "done":
-                    finished = True
+                    continue
+                if event == "chunk":
+                    events = stream.on_chunk(data["text"], data.get("logprobs"))
+                elif event == "restart":
+                    events = stream.on_restart()
+                else:  # done
                     final = svc.store.get(record["id"]) or {**record, **data, "status": JobStatus.EXPIRED}
-                    yield from send(stream.on_done(final))
+                    events = stream.on_done(final)
+                if stream.diverged:  # numbered events already sent cannot be taken back
+                    yield _error_event("the worker running this response was lost and its new attempt "
+                                       "answers differently; retrieve the response for its output")
+                    return
+                yield from send(events)
+                if event == "done":
+                    finished = True
                     return
     finally:
         if not finished and cancel_on_leave and svc.settings.cancel_on_disconnect:

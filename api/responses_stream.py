@@ -11,6 +11,12 @@ Order: `response.created`, `response.queued`, then on the first entry of the log
 `function_call` item (`output_item.added`, `function_call_arguments.delta`/`.done`,
 `output_item.done`); last `response.completed`, `response.incomplete` (the length limit; or
 cancelled, with the response's status saying so) or `response.failed`.
+
+A job whose worker was lost usually continues from its log, which shows nothing here. One that
+must start over (`restart` in its log) goes on unseen when nothing of its answer was shown yet (a
+forced call is shown whole at its end) or when its new attempt says again what was shown (a
+greedy one does); only one that says something else ends the stream with an `error` event. The
+log is read with every attempt's chunks, so this too is the same on every process.
 """
 from __future__ import annotations
 
@@ -158,6 +164,9 @@ class ResponseStream:
         self.output = Output(record)
         self._next = 0
         self._started = False
+        self._raw = ""  # the text fed so far (what a restarted attempt must say again)
+        self._retrace: str | None = None  # after a restart: the new attempt's text while it says the old again
+        self.diverged = False  # a restarted attempt said something else than what was sent: cannot go on
 
     def opening(self) -> list[StreamEvent]:
         queued = response_object(self.record, output=[], status="queued")
@@ -165,10 +174,34 @@ class ResponseStream:
                 self._number(dict(cls=ResponseEvent, type="response.queued", response=queued))]
 
     def on_chunk(self, text: str, logprobs: list[dict] | None = None) -> list[StreamEvent]:
+        if self._retrace is not None:
+            self._retrace += text
+            if self._raw.startswith(self._retrace):
+                return []  # the new attempt says again what was sent
+            if not self._retrace.startswith(self._raw):
+                self.diverged = True
+                return []
+            text, self._retrace = self._retrace[len(self._raw):], None
+            logprobs = None  # which of them are new is not known: the old ones stand
+        self._raw += text
         return self._start() + [self._number(e) for e in self.output.feed(text, logprobs)]
+
+    def on_restart(self) -> list[StreamEvent]:
+        """The job's worker was lost and its job started over (it could not be continued: see
+        docs/reliability.md). Nothing of the answer shown yet: the new attempt simply goes on.
+        Else the new attempt's text must first say again what was sent (a greedy answer does),
+        and only what it adds is shown; one that says something else sets `diverged`."""
+        if not self.output.items:
+            self.output, self._raw = Output(self.record), ""
+        else:
+            self._retrace = ""
+        return []
 
     def on_done(self, record: dict) -> list[StreamEvent]:
         """The closing events; `record` is the job's once it has ended."""
+        if self._retrace is not None and self._retrace != self._raw:  # it ended short of what was sent
+            self.diverged = True
+            return []
         status = response_status(record)
         events = self._start() + [self._number(e) for e in self.output.finish(status)]
         final = response_object(record, output=self.output.items, status=status)

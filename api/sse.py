@@ -47,21 +47,22 @@ def format_event(event_id: str | None, event: str, data: dict) -> str:
 
 
 def job_event_stream(svc: Services, job_id: str, last_event_id: str | None,
-                     places: bool = True) -> Iterator[tuple[str | None, str, dict]]:
+                     places: bool = True, every_attempt: bool = False) -> Iterator[tuple[str | None, str, dict]]:
     """(id, event, data) of the job's log from after `last_event_id` until `done`; (None,
     'heartbeat', {}) while idle; with `places`, (None, 'queued', place) while it waits. Yields a
-    `done` built from the record if the log lacks one."""
+    `done` built from the record if the log lacks one. With `every_attempt`, the chunks of an
+    attempt a `restart` abandoned are kept too, so every reader sees the log alike."""
     last = last_event_id or "0"
     try:
         with svc.wakeups.watch(job_id) as woken, \
                 (svc.places.watch(job_id, woken) if places else contextlib.nullcontext()):
-            yield from _events_until_done(svc, job_id, last, woken)
+            yield from _events_until_done(svc, job_id, last, woken, every_attempt)
     except redis.RedisError as exc:
         log.warning("SSE relay for job %s ends: Redis unavailable (%s)", job_id, exc)
 
 
-def _events_until_done(svc: Services, job_id: str, last: str,
-                       woken: JobWatcher) -> Iterator[tuple[str | None, str, dict]]:
+def _events_until_done(svc: Services, job_id: str, last: str, woken: JobWatcher,
+                       every_attempt: bool = False) -> Iterator[tuple[str | None, str, dict]]:
     """The log's events as they come, a heartbeat while none does, the place in line while the
     job waits; a `done` from the record when the log will not have one."""
     while True:
@@ -69,7 +70,7 @@ def _events_until_done(svc: Services, job_id: str, last: str,
         place = woken.take_place()
         if place is not None:
             yield None, "queued", place
-        for entry_id, event, data in _new_entries(svc, job_id, last, woken):
+        for entry_id, event, data in _new_entries(svc, job_id, last, woken, every_attempt):
             last = entry_id
             yield entry_id, event, data
             if event == "done":
@@ -88,7 +89,8 @@ def _events_until_done(svc: Services, job_id: str, last: str,
         yield None, "heartbeat", {}
 
 
-def _new_entries(svc: Services, job_id: str, last: str, woken: JobWatcher) -> list[tuple[str, str, dict]]:
+def _new_entries(svc: Services, job_id: str, last: str, woken: JobWatcher,
+                 every_attempt: bool = False) -> list[tuple[str, str, dict]]:
     """The log's entries after `last`: the ones heard with their content as they are, each one
     that follows the entry before it; the stream is read for the rest (see `JobWatcher`)."""
     read_log, heard = woken.take()
@@ -100,7 +102,7 @@ def _new_entries(svc: Services, job_id: str, last: str, woken: JobWatcher) -> li
         elif is_later(entry.entry_id, last):  # one before it was not heard: the stream has both
             entries += svc.log.read_events(job_id, last)
         # otherwise it was read already
-    return _last_attempt(entries)
+    return entries if every_attempt else _last_attempt(entries)
 
 
 def stream_id(text: str) -> tuple[int, int]:

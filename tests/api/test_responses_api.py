@@ -119,3 +119,65 @@ def test_logprobs_with_tools_are_refused_naming_the_parameter(api):
         assert reply.status_code == 400 and reply.get_json()["error"]["param"] == param
     reply = api.post("/v1/responses", json={"model": MODEL, "input": "x", "top_logprobs": 21}, headers=bearer("alice"))
     assert reply.status_code == 400 and reply.get_json()["error"]["param"] == "top_logprobs"
+
+
+def _logged_response(api, pieces, final_text, **body):
+    """A response whose job's log holds `pieces` (strings are chunks, None a restart), then ends
+    with `final_text`, as if a worker had run it."""
+    created = create(api, **body)
+    job_id = created["id"].removeprefix("resp_")
+    svc = api.services
+    svc.store.r.hset(svc.store.keys.job(job_id), mapping={"status": "running"})
+    for piece in pieces:
+        if piece is None:
+            svc.log.append_event(job_id, "restart", {"reason": "the worker was lost; its job cannot continue"})
+        else:
+            svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
+    svc.store.finish(job_id, JobStatus.SUCCEEDED, text=final_text, finish_reason="stop", completion_tokens=9)
+    svc.log.publish_done(job_id)
+    return created["id"]
+
+
+def _stream_lines(api, response_id, after=None):
+    query = "?stream=true" + (f"&starting_after={after}" if after is not None else "")
+    body = api.get(f"/v1/responses/{response_id}{query}", headers=bearer("alice")).get_data(as_text=True)
+    return [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: ")]
+
+
+WEATHER = {"type": "function", "name": "get_weather",
+           "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}
+
+
+@pytest.mark.parametrize("pieces, final", [
+    # a forced call shows nothing before its end: the new attempt just goes on
+    (['[{"name": "get_weather", ', None, '[{"name": "get_weather", "parameters": {"city": "Oslo"}}]'],
+     '[{"name": "get_weather", "parameters": {"city": "Oslo"}}]'),
+])
+def test_a_restarted_forced_call_goes_on_unseen(api, pieces, final):
+    rid = _logged_response(api, pieces, final, tools=[WEATHER], tool_choice="required")
+    events = [EVENT.validate_python(e) for e in _stream_lines(api, rid)]
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    assert events[-1].type == "response.completed"
+    [call] = events[-1].response.output
+    assert call.name == "get_weather" and json.loads(call.arguments) == {"city": "Oslo"}
+
+
+def test_a_restarted_answer_that_says_the_same_again_goes_on_seamlessly(api):
+    pieces = ['{"ci', 'ty": "Pa', None, '{"city"', ': "Pa', 'ris"}']
+    rid = _logged_response(api, pieces, '{"city": "Paris"}', tools=[WEATHER],
+                           tool_choice={"type": "function", "name": "get_weather"})
+    events = [EVENT.validate_python(e) for e in _stream_lines(api, rid)]
+    deltas = "".join(e.delta for e in events if e.type == "response.function_call_arguments.delta")
+    assert deltas == '{"city": "Paris"}' and events[-1].type == "response.completed"
+    assert [e.sequence_number for e in events] == list(range(len(events)))
+    tail = [EVENT.validate_python(e) for e in _stream_lines(api, rid, after=5)]
+    assert [e.model_dump() for e in tail] == [e.model_dump() for e in events[6:]]
+
+
+def test_a_restarted_answer_that_says_otherwise_ends_the_stream_with_an_error(api):
+    rid = _logged_response(api, ["Hello wor", None, "Hi there"], "Hi there")
+    lines = _stream_lines(api, rid)
+    assert lines[-1]["type"] == "error" and lines[-1]["code"] == "worker_lost"
+    assert "".join(e["delta"] for e in lines if e["type"] == "response.output_text.delta") == "Hello wor"
+    assert api.get(f"/v1/responses/{rid}", headers=bearer("alice")).get_json()["output"][0]["content"][0][
+        "text"] == "Hi there"  # the response itself has its new answer
