@@ -27,6 +27,7 @@ from common.responses_models import (ArgumentsDelta, ArgumentsDone, ContentPartE
                                      IncompleteDetails, OutputItem, OutputItemEvent, OutputMessage, OutputText,
                                      OutputTextDelta, OutputTextDone, ResponseError, ResponseEvent,
                                      ResponseObject, ResponseStatus, ResponseUsage, StreamEvent, response_status)
+from common.attempts import AttemptJoin
 from common.tool_parser import CallArguments, CallEnd, CallStart, TextPiece, ToolCallStream
 
 
@@ -164,9 +165,7 @@ class ResponseStream:
         self.output = Output(record)
         self._next = 0
         self._started = False
-        self._raw = ""  # the text fed so far (what a restarted attempt must say again)
-        self._retrace: str | None = None  # after a restart: the new attempt's text while it says the old again
-        self.diverged = False  # a restarted attempt said something else than what was sent: cannot go on
+        self.attempts = AttemptJoin()  # a job that had to start over, as one text
 
     def opening(self) -> list[StreamEvent]:
         queued = response_object(self.record, output=[], status="queued")
@@ -174,33 +173,32 @@ class ResponseStream:
                 self._number(dict(cls=ResponseEvent, type="response.queued", response=queued))]
 
     def on_chunk(self, text: str, logprobs: list[dict] | None = None) -> list[StreamEvent]:
-        if self._retrace is not None:
-            self._retrace += text
-            if self._raw.startswith(self._retrace):
-                return []  # the new attempt says again what was sent
-            if not self._retrace.startswith(self._raw):
-                self.diverged = True
-                return []
-            text, self._retrace = self._retrace[len(self._raw):], None
-            logprobs = None  # which of them are new is not known: the old ones stand
-        self._raw += text
+        again = self.attempts.saying_again
+        text = self.attempts.feed(text)
+        if again and not text:
+            return []  # the new attempt says again what was sent (or has diverged)
+        logprobs = None if again else logprobs  # which tokens are new is not known: the old ones stand
         return self._start() + [self._number(e) for e in self.output.feed(text, logprobs)]
+
+    @property
+    def diverged(self) -> bool:
+        return self.attempts.diverged
 
     def on_restart(self) -> list[StreamEvent]:
         """The job's worker was lost and its job started over (it could not be continued: see
         docs/reliability.md). Nothing of the answer shown yet: the new attempt simply goes on.
         Else the new attempt's text must first say again what was sent (a greedy answer does),
         and only what it adds is shown; one that says something else sets `diverged`."""
-        if not self.output.items:
-            self.output, self._raw = Output(self.record), ""
-        else:
-            self._retrace = ""
+        shown = bool(self.output.items)
+        self.attempts.restart(shown)
+        if not shown:
+            self.output = Output(self.record)
         return []
 
     def on_done(self, record: dict) -> list[StreamEvent]:
         """The closing events; `record` is the job's once it has ended."""
-        if self._retrace is not None and self._retrace != self._raw:  # it ended short of what was sent
-            self.diverged = True
+        self.attempts.end()
+        if self.diverged:
             return []
         status = response_status(record)
         events = self._start() + [self._number(e) for e in self.output.finish(status)]
