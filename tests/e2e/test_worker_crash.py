@@ -40,10 +40,18 @@ class Stack:
         self.server = LiveServer(app)
         self.url = self.server.url
         self.worker = None
+        self.workers = []
 
     def start(self, **overrides):
         self.worker = self.start_worker(self.settings.model_copy(update=overrides))
+        self.workers.append(self.worker)
         return self.worker
+
+    def stop_all(self):
+        """Stop every worker the module's tests started, so the next job goes where the test says."""
+        for worker in self.workers:
+            if worker.proc.poll() is None:
+                worker.stop()
 
     def submit(self, **body):
         resp = requests.post(f"{self.url}/v1/jobs", json=body, timeout=30)
@@ -299,6 +307,7 @@ class ResponsesStream(threading.Thread):
 def test_a_killed_workers_background_response_streams_on_to_completion(stack, model_ref):
     """A Responses stream in background mode follows its job across a kill -9 of its worker: its
     events stay numbered without a gap, none is an error, and its deltas are the stored answer."""
+    stack.stop_all()  # (the poison test leaves a worker that allows one delivery only)
     first = stack.start()
     stream = ResponsesStream(stack.url, model_ref.name)
     wait_until(lambda: stream.job_id is not None, timeout=300)
