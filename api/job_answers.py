@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 from collections.abc import Iterator
 
 import redis
@@ -25,13 +26,14 @@ log = logging.getLogger(__name__)
 _PARAM_BY_CODE = {"model_not_found": "model"}  # llmq errors that are about one parameter
 
 
-def wait_for_end(svc: Services, record: dict) -> dict:
-    """The job's record once it has ended."""
+def wait_for_end(svc: Services, record: dict, timeout: float | None = None) -> dict:
+    """The job's record once it has ended (or as it is after `timeout` seconds)."""
     if JobStatus(record["status"]).terminal:
         return record
+    deadline = None if timeout is None else time.monotonic() + timeout
     with contextlib.closing(job_event_stream(svc, record["id"], None, places=False)) as events:
         for _, event, _ in events:
-            if event == "done":
+            if event == "done" or (deadline is not None and time.monotonic() > deadline):
                 break
     return svc.store.get(record["id"]) or {**record, "status": JobStatus.EXPIRED}
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Iterator
 
 from flask import Blueprint, Response, jsonify, request
@@ -22,7 +21,7 @@ from api.logprob_engines import check_logprobs
 from api.job_answers import job_error, log_events, openai_error, wait_for_end
 from api.responses_stream import ResponseStream, job_id_of, response_object
 from api.services import Services, services
-from api.sse import job_event_stream, streaming_response
+from api.sse import streaming_response
 from api.stream_limits import StreamSlot
 from api.submit import submit_job
 from common.errors import ApiError
@@ -87,7 +86,7 @@ def cancel_response(response_id: str):
             raise ApiError(409, "conflict", f"response {response_id} has already ended ({response_object(record).status})")
         return _json(response_object(record))
     svc.store.cancel(record["id"])
-    return _json(response_object(_ended(svc, record["id"]) or record))
+    return _json(response_object(wait_for_end(svc, record, timeout=CANCEL_WAIT_S)))
 
 
 @bp.delete("/<response_id>")
@@ -96,7 +95,7 @@ def delete_response(response_id: str):
     record = _record_or_404(svc, response_id)
     if not JobStatus(record["status"]).terminal:
         svc.store.cancel(record["id"])
-        _ended(svc, record["id"])
+        wait_for_end(svc, record, timeout=CANCEL_WAIT_S)
     svc.store.delete(record["id"])
     return _json(DeletedResponse(id=response_id))
 
@@ -139,16 +138,6 @@ def _record_or_404(svc: Services, rid: str, param: str | None = None) -> dict:
             or not record["response"].get("store", True)):
         raise ApiError(404, "not_found", f"no response {rid!r} (unknown, not stored, or expired)", param=param)
     return record
-
-
-def _ended(svc: Services, job_id: str) -> dict | None:
-    """The job's record once it has ended, or as it is after `CANCEL_WAIT_S`."""
-    deadline = time.monotonic() + CANCEL_WAIT_S
-    with contextlib.closing(job_event_stream(svc, job_id, None, places=False)) as events:
-        for _, event, _ in events:
-            if event == "done" or time.monotonic() > deadline:
-                break
-    return svc.store.get(job_id)
 
 
 def _choice(name: str, allowed: tuple[str, ...], default: str) -> str:
