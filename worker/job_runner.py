@@ -13,6 +13,7 @@ ends with finish reason `timeout`.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import threading
@@ -77,14 +78,20 @@ class _Progress:
     unconfirmed_logprobs: int = 0  # entries in the write whose reply was lost
 
 
-def engine_sampling(sampling: dict) -> Sampling:
-    """The job record's sampling dict (validated by the API) as the engine's `Sampling`."""
+def engine_sampling(sampling: dict, job_id: str | None = None) -> Sampling:
+    """The job record's sampling dict (validated by the API) as the engine's `Sampling`. A
+    sampled job without a seed of its own is seeded from its id: each attempt of the job then
+    samples alike, so one that must start over after its worker was lost says again what its
+    streams were sent (api/ and common/attempts.py join the two), while other jobs differ."""
     fmt = sampling.get("response_format")
     if fmt is not None:
         spec = fmt.get("json_schema") or {}
         schema = json.dumps(spec["schema"]) if "schema" in spec else None
         fmt = ResponseFormat(fmt["type"], schema)
-    return Sampling(**{**sampling, "stop": tuple(sampling.get("stop", ())), "response_format": fmt})
+    seed = sampling.get("seed")
+    if seed is None and job_id is not None and sampling.get("temperature", 0) > 0:
+        seed = int.from_bytes(hashlib.blake2b(job_id.encode(), digest_size=4).digest()) >> 1
+    return Sampling(**{**sampling, "stop": tuple(sampling.get("stop", ())), "response_format": fmt, "seed": seed})
 
 
 CAPPED_WAIT_S = 0.1  # a ticket waiting for batch room looks again at least this often
@@ -320,7 +327,7 @@ class JobRunner:
                              logprobs=list(so_far.logprobs) if request["sampling"].get("logprobs") else None)
         continued = Continued(so_far.token_ids, so_far.text) if so_far.chunks else None
         stream = self.loop.submit(EngineRequest(job_id, request["prompt_token_ids"],
-                                                engine_sampling(request["sampling"]), continued))
+                                                engine_sampling(request["sampling"], job_id), continued))
         progress = _Progress(text=so_far.text, chunks=so_far.chunks, completion_tokens=len(so_far.token_ids),
                              continued_tokens=len(so_far.token_ids),
                              prompt_tokens=len(request["prompt_token_ids"]),
