@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from common.fair_queue import ANONYMOUS
+from common.scheduling.fair_queue import ANONYMOUS
 from common.files import page_of_index
 from common.keys import Keys
 from common.lua import script

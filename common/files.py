@@ -17,7 +17,7 @@ from typing import Any
 
 import redis
 
-from common.fair_queue import ANONYMOUS
+from common.scheduling.fair_queue import ANONYMOUS
 from common.keys import Keys
 
 CHUNK_CHARS = 4 * 1024 * 1024

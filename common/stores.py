@@ -9,7 +9,7 @@ from celery import Celery
 
 from common.batches import BatchStore
 from common.counters import Counters
-from common.fair_queue import FairQueue
+from common.scheduling.fair_queue import FairQueue
 from common.files import FileStore
 from common.jobs import JobStore
 from common.keys import Keys

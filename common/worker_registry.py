@@ -8,7 +8,7 @@ from typing import Any
 
 import redis
 
-from common.fair_queue import FairQueue
+from common.scheduling.fair_queue import FairQueue
 from common.keys import Keys
 
 

@@ -24,17 +24,17 @@ from typing import TypeVar
 import redis
 
 from common.continuation import NOTHING, CannotContinue, Continuation, read_continuation
-from common.fair_queue import CAPPED, Pick
+from common.scheduling.fair_queue import CAPPED, Pick
 from common.jobs import Claim, Claimed, JobStore
 from common.logs import job_context
-from common.prefix_affinity import Deferred
+from common.scheduling.prefix_affinity import Deferred
 from common.result_cache import ResultCache
 from common.schemas import FinishReason, JobStatus
 from common.settings import Settings
 from common.token_log import ChunkWrite
-from worker.batch_yield import BatchYield
+from common.scheduling.batch_share import BatchLineShare
 from worker.cancel_watch import CancelWatch
-from worker.free_slots import FreeSlots
+from common.scheduling.free_slots import FreeSlots
 from worker.engine.loop import EngineLoop, RequestStream
 from worker.engine.sequence import Continued, EngineRequest, RequestOutput, ResponseFormat, Sampling
 from worker.lease import Leases, lease_ttl
@@ -107,9 +107,9 @@ class JobRunner:
                  free_slots: FreeSlots | None = None):
         """`cache`: where succeeded answers to cacheable requests go (None: nowhere).
         `send_ticket(worker)`: sends a spare ticket to that worker's own queue (for a job prefix
-        affinity leaves it, common/prefix_affinity.py), or with None to the model's queue (for a
+        affinity leaves it, common/scheduling/prefix_affinity.py), or with None to the model's queue (for a
         preempted batch line). `free_slots`: where this worker tells the others how many jobs it
-        can start now (worker/free_slots.py)."""
+        can start now (common/scheduling/free_slots.py)."""
         self.store = store
         self.log = store.log
         self.cache = cache
@@ -121,7 +121,7 @@ class JobRunner:
         self.lease_ttl_s = lease_ttl(settings)
         self.leases = leases or Leases(store, worker_name, self.lease_ttl_s)
         self.cancels = CancelWatch(store, settings.cancel_poll_s)
-        self.batch_yield = BatchYield(settings.max_batch_size, settings.batch_max_share,
+        self.batch_yield = BatchLineShare(settings.max_batch_size, settings.batch_max_share,
                                       settings.batch_yield_window_s)
         self.send_ticket = send_ticket
         self.free_slots = free_slots
@@ -133,7 +133,7 @@ class JobRunner:
 
     def run_ticket(self, ticket: str, queue: str) -> dict:
         """Run the job a Celery message is a ticket for: the fairest queued job of `queue` when
-        a slot is free (common/fair_queue.py), or, for a redelivered message, the job it took
+        a slot is free (common/scheduling/fair_queue.py), or, for a redelivered message, the job it took
         before. A ticket that finds nothing queued has nothing to do."""
         self._watch_for_preemption(queue)
         picked = self._pick(ticket, queue)
@@ -157,8 +157,8 @@ class JobRunner:
     def _pick(self, ticket: str, queue: str) -> Pick | None:
         """The ticket's job. Two waits keep the slot free without giving the ticket up: while
         only batch lines wait and batch work may take no more of this worker's slots
-        (worker/batch_yield.py), until that changes; while the next job is left for the worker
-        that caches its prompt's start (common/prefix_affinity.py), until that worker takes it
+        (common/scheduling/batch_share.py), until that changes; while the next job is left for the worker
+        that caches its prompt's start (common/scheduling/prefix_affinity.py), until that worker takes it
         or the affinity wait ends. CAPPED only when the worker stops meanwhile."""
         def pick() -> Pick | Deferred | None:
             room, picked = self.batch_yield.before_pick(), None
@@ -203,7 +203,7 @@ class JobRunner:
     def _watch_for_preemption(self, queue: str) -> None:
         """Started with the first ticket: while batch lines hold more than their share of this
         worker's slots and interactive jobs wait for the model, preempt the lines beyond the
-        share (worker/batch_yield.py)."""
+        share (common/scheduling/batch_share.py)."""
         with self._batch_lines_lock:
             if self._preempt_watch is not None or self.batch_yield.uncapped:
                 return

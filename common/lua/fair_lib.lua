@@ -1,4 +1,4 @@
--- The fair queue's steps inside job scripts (common/fair_queue.py).
+-- The fair queue's steps inside job scripts (common/scheduling/fair_queue.py).
 
 -- A key that becomes active joins its level at the virtual clock, never below its own last
 -- finish tag.

@@ -1,6 +1,6 @@
--- A ticket picks the job it runs (common/fair_queue.py): the job it took before, if it is a
+-- A ticket picks the job it runs (common/scheduling/fair_queue.py): the job it took before, if it is a
 -- redelivery; else, level by level, the fairest key's oldest queued job. The pick is recorded
--- against the ticket and as held by the worker. With prefix affinity on (common/prefix_affinity.py)
+-- against the ticket and as held by the worker. With prefix affinity on (common/scheduling/prefix_affinity.py)
 -- a job whose prompt start other workers served, but not this one, is left at the head for one of
 -- them that has a free slot, for at most the affinity wait.
 -- KEYS: the ticket's key, the queued set, the held hash, then each priority level's owners zset

@@ -32,7 +32,7 @@ import redis
 
 from common.keys import Keys
 from common.lua import script
-from common.prefix_affinity import HOLDER_TTL_S, MAX_HOLDERS, Deferred
+from common.scheduling.prefix_affinity import HOLDER_TTL_S, MAX_HOLDERS, Deferred
 from common.schemas import PRIORITY_LEVELS, JobStatus
 
 ANONYMOUS = "~anon"  # '~' is not allowed in key ids, so no key can collide with it
@@ -43,7 +43,7 @@ class Pick(NamedTuple):
     job_id: str | None
     how: str  # 'picked', 'resumed' (a redelivered ticket's own job), or 'capped'
     priority: str = ""
-    affinity: str = ""  # 'hit', 'miss' or 'new' (common/prefix_affinity.py); '' when not routed on
+    affinity: str = ""  # 'hit', 'miss' or 'new' (common/scheduling/prefix_affinity.py); '' when not routed on
 
 
 CAPPED = Pick(None, "capped")  # only batch jobs wait, and the worker has no room for one more
@@ -82,7 +82,7 @@ class FairQueue:
         nothing waits. With `batch_room` (how many more batch jobs this worker may take now) at 0,
         batch jobs stay queued: `CAPPED` if some wait. With `affinity_wait_s`, the fairest job
         may be left for the worker that served its prompt's start (`Deferred`, see
-        common/prefix_affinity.py). In the same step the job is recorded as held by `worker`
+        common/scheduling/prefix_affinity.py). In the same step the job is recorded as held by `worker`
         (until `release`), so the API's ETAs see a slot taken at once, not at the next
         heartbeat."""
         levels = [key for level in LEVELS
