@@ -3,7 +3,8 @@
 Why not Celery's queue order: its Redis queue is one FIFO per priority, so a key that submits 100
 jobs holds every slot until they are done and a second key's single job waits behind all of them.
 Here a Celery message is a *ticket* ("run the next job of this model's queue"), not a job: the
-worker, when a slot is free, asks Redis which job is next (one Lua script, common/lua/fair_pick.lua):
+worker, when a slot is free, asks Redis which job is next (one Lua script, common/lua/fair_pick.lua,
+with the steps of common/lua/fair_lib.lua and affinity_lib.lua):
 
 - strictly by priority level first (high, normal, low);
 - within a level, the key ("owner") whose *virtual start tag* is lowest; after each pick the
@@ -24,6 +25,7 @@ llmq. Enqueueing and removal happen inside the job scripts (common/lua/fair_lib.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -87,12 +89,15 @@ class FairQueue:
         heartbeat."""
         levels = [key for level in LEVELS
                   for key in (self.keys.fair_owners(queue, level), self.keys.fair_meta(queue, level))]
+        args = {"job_prefix": self.keys.job(""), "ticket_ttl_s": self.job_ttl_s, "worker": worker,
+                "level_lists": [self.keys.fair_jobs(queue, level, "") for level in LEVELS],
+                "affinity": {"wait_s": affinity_wait_s, "holder_ttl_s": HOLDER_TTL_S,
+                             "max_holders": MAX_HOLDERS, "prefix": self.keys.affinity(queue, ""),
+                             "free_slots_prefix": self.keys.free_slots("")}}
+        if batch_room is not None:
+            args["batch_room"] = batch_room
         result = self._pick(keys=[self.keys.ticket(ticket), self.keys.queued, self.keys.held, *levels],
-                            args=[self.keys.job(""), self.job_ttl_s, worker,
-                                  "" if batch_room is None else batch_room,
-                                  affinity_wait_s, HOLDER_TTL_S, MAX_HOLDERS, self.keys.affinity(queue, ""),
-                                  self.keys.free_slots(""),
-                                  *(self.keys.fair_jobs(queue, level, "") for level in LEVELS)])
+                            args=[json.dumps(args)])
         if not result:
             return None
         if result[1] == "capped":
