@@ -87,7 +87,7 @@ def test_a_waiting_ticket_goes_back_when_the_worker_stops(store, settings):
     warm_up = queue_job(store, max_tokens=2)
     line = queue_job(store, max_tokens=40, priority="batch")
     job_runner, _ = make_runner(store, settings, {warm_up: "ok", line: "x" * 40}, delay=0.05)
-    job_runner.batch_yield.batch_slots = 0  # no room at all for the batch while interactive work is about
+    job_runner.picker.batch_share.batch_slots = 0  # no room at all for the batch while interactive work is about
     job_runner.run_ticket("t-warm", "default")
     result = {}
     waiting = threading.Thread(target=lambda: result.update(job_runner.run_ticket("t1", "default")), daemon=True)
