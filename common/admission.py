@@ -22,8 +22,8 @@ from common.errors import ApiError
 from common.eta import WorkerLoad, retry_after
 from common.models import ModelRef, ModelUnavailable
 from common.offload import off_the_loop
-from common.scheduling.prefix_affinity import prefix_blocks
 from common.prompting import PromptBuilder, TemplateError
+from common.scheduling.prefix_affinity import prefix_blocks
 from common.schemas import JobRequest, JobStatus
 from common.settings import Settings
 from common.stores import Stores

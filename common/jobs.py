@@ -20,10 +20,10 @@ from typing import Any, NamedTuple, TypeVar
 import redis
 
 from common.counters import Counters
-from common.scheduling.fair_queue import FairQueue, fair_place
 from common.job_record import decode_record, encode_fields, encode_mapping
 from common.keys import Keys
 from common.lua import script
+from common.scheduling.fair_queue import FairQueue, fair_place
 from common.schemas import PRIORITY_LEVELS, JobStatus
 from common.token_log import TokenLog
 

@@ -23,16 +23,16 @@ from typing import TypeVar
 import redis
 
 from common.continuation import NOTHING, CannotContinue, Continuation, read_continuation
-from common.scheduling.fair_queue import CAPPED
 from common.jobs import Claim, Claimed, JobStore
 from common.logs import job_context
 from common.result_cache import ResultCache
+from common.scheduling.fair_queue import CAPPED
+from common.scheduling.free_slots import FreeSlots
+from common.scheduling.picker import TicketPicker
 from common.schemas import FinishReason, JobStatus
 from common.settings import Settings
 from common.token_log import ChunkWrite
 from worker.cancel_watch import CancelWatch
-from common.scheduling.free_slots import FreeSlots
-from common.scheduling.picker import TicketPicker
 from worker.engine.loop import EngineLoop, RequestStream
 from worker.engine.sequence import Continued, EngineRequest, RequestOutput, ResponseFormat, Sampling
 from worker.lease import Leases, lease_ttl

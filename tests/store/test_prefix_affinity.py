@@ -8,9 +8,9 @@ import uuid
 import pytest
 
 from common.scheduling.fair_queue import CAPPED
+from common.scheduling.free_slots import FreeSlots
 from common.scheduling.prefix_affinity import BLOCK_TOKENS, MAX_BLOCKS, MAX_HOLDERS, Deferred, prefix_blocks
 from tests.support.settings import fresh_namespace
-from common.scheduling.free_slots import FreeSlots
 
 QUEUE = "q"
 WAIT_S = 0.3
