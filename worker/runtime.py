@@ -19,12 +19,12 @@ import torch
 
 from common.catalog import CatalogModel
 from common.models import ModelRef
+from common.scheduling.free_slots import FreeSlots
 from common.settings import Settings
 from common.stores import Stores
 from worker.engine.loop import EngineLoop
 from worker.engine.registry import build_engine
 from worker.tuning import resolve as resolve_engine
-from worker.free_slots import FreeSlots
 from worker.job_runner import JobRunner
 from worker.metrics import WorkerMetrics
 from worker import orphan_tickets

@@ -1,6 +1,6 @@
 """How many more jobs this worker can start now, kept in Redis for the other workers' picks: a job
 is left for a worker that caches its prompt's start only while that worker has room
-(common/prefix_affinity.py)."""
+(common/scheduling/prefix_affinity.py)."""
 from __future__ import annotations
 
 import logging

@@ -3,7 +3,8 @@
 Why not Celery's queue order: its Redis queue is one FIFO per priority, so a key that submits 100
 jobs holds every slot until they are done and a second key's single job waits behind all of them.
 Here a Celery message is a *ticket* ("run the next job of this model's queue"), not a job: the
-worker, when a slot is free, asks Redis which job is next (one Lua script, common/lua/fair_pick.lua):
+worker, when a slot is free, asks Redis which job is next (one Lua script, common/lua/fair_pick.lua,
+with the steps of common/lua/fair_lib.lua and affinity_lib.lua):
 
 - strictly by priority level first (high, normal, low);
 - within a level, the key ("owner") whose *virtual start tag* is lowest; after each pick the
@@ -24,6 +25,7 @@ llmq. Enqueueing and removal happen inside the job scripts (common/lua/fair_lib.
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -32,7 +34,7 @@ import redis
 
 from common.keys import Keys
 from common.lua import script
-from common.prefix_affinity import HOLDER_TTL_S, MAX_HOLDERS, Deferred
+from common.scheduling.prefix_affinity import HOLDER_TTL_S, MAX_HOLDERS, Deferred
 from common.schemas import PRIORITY_LEVELS, JobStatus
 
 ANONYMOUS = "~anon"  # '~' is not allowed in key ids, so no key can collide with it
@@ -43,7 +45,7 @@ class Pick(NamedTuple):
     job_id: str | None
     how: str  # 'picked', 'resumed' (a redelivered ticket's own job), or 'capped'
     priority: str = ""
-    affinity: str = ""  # 'hit', 'miss' or 'new' (common/prefix_affinity.py); '' when not routed on
+    affinity: str = ""  # 'hit', 'miss' or 'new' (common/scheduling/prefix_affinity.py); '' when not routed on
 
 
 CAPPED = Pick(None, "capped")  # only batch jobs wait, and the worker has no room for one more
@@ -82,17 +84,20 @@ class FairQueue:
         nothing waits. With `batch_room` (how many more batch jobs this worker may take now) at 0,
         batch jobs stay queued: `CAPPED` if some wait. With `affinity_wait_s`, the fairest job
         may be left for the worker that served its prompt's start (`Deferred`, see
-        common/prefix_affinity.py). In the same step the job is recorded as held by `worker`
+        common/scheduling/prefix_affinity.py). In the same step the job is recorded as held by `worker`
         (until `release`), so the API's ETAs see a slot taken at once, not at the next
         heartbeat."""
         levels = [key for level in LEVELS
                   for key in (self.keys.fair_owners(queue, level), self.keys.fair_meta(queue, level))]
+        args = {"job_prefix": self.keys.job(""), "ticket_ttl_s": self.job_ttl_s, "worker": worker,
+                "level_lists": [self.keys.fair_jobs(queue, level, "") for level in LEVELS],
+                "affinity": {"wait_s": affinity_wait_s, "holder_ttl_s": HOLDER_TTL_S,
+                             "max_holders": MAX_HOLDERS, "prefix": self.keys.affinity(queue, ""),
+                             "free_slots_prefix": self.keys.free_slots("")}}
+        if batch_room is not None:
+            args["batch_room"] = batch_room
         result = self._pick(keys=[self.keys.ticket(ticket), self.keys.queued, self.keys.held, *levels],
-                            args=[self.keys.job(""), self.job_ttl_s, worker,
-                                  "" if batch_room is None else batch_room,
-                                  affinity_wait_s, HOLDER_TTL_S, MAX_HOLDERS, self.keys.affinity(queue, ""),
-                                  self.keys.free_slots(""),
-                                  *(self.keys.fair_jobs(queue, level, "") for level in LEVELS)])
+                            args=[json.dumps(args)])
         if not result:
             return None
         if result[1] == "capped":

@@ -11,7 +11,7 @@ decides *which worker* starts the next job:
 
 - a holder of the job's longest known chain takes it at once;
 - another worker leaves it at the head of the queue while some holder has a free slot (the count
-  each worker keeps in Redis, worker/free_slots.py), for at most `prefix_affinity_wait_s` from the
+  each worker keeps in Redis, common/scheduling/free_slots.py), for at most `prefix_affinity_wait_s` from the
   first time the job was left; the first time, it sends that holder a ticket on the holder's own
   Celery queue, since a holder with a free slot may have no ticket in hand;
 - when every holder is full or gone, or the wait is over, the worker that looks takes the job and

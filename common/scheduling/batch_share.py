@@ -1,6 +1,7 @@
-"""Batch lines yield slots to interactive jobs.
+"""Batch lines (OpenAI's /v1/batches) hold at most their share of a worker's slots while
+interactive jobs are about.
 
-Batch lines (OpenAI's /v1/batches) are picked only after every interactive job, but a line that
+Batch lines are picked only after every interactive job, but a line that
 started keeps its slot until it ends: with every slot held by the batch, an interactive job waits
 for a line to finish, and then shares each step with all the others. So while interactive jobs
 run or wait on this worker (one was held here within `batch_yield_window_s`), batch lines may hold
@@ -9,7 +10,7 @@ slot free: an interactive job that comes takes one at once, with no hop through 
 interactive job for the window, the batch has every slot again; it always keeps at least one.
 When interactive jobs then come and wait while the batch holds more than its share, the lines
 beyond it that started last are preempted: stopped, and put back at the head of the batch's queue
-to start over (worker/job_runner.py), so the first interactive burst after a quiet spell does not
+to start over (common/scheduling/picker.py), so the first interactive burst after a quiet spell does not
 wait for lines to end.
 
 A ticket that finds only batch work and no room is not consumed (that would lose a line's turn):
@@ -24,7 +25,9 @@ import time
 from typing import Callable
 
 
-class BatchYield:
+class BatchLineShare:
+    """The share of this worker's slots that batch lines may hold now, kept per pick."""
+
     def __init__(self, slots: int, max_share: float, window_s: float, clock: Callable[[], float] = time.monotonic):
         self.batch_slots = max(1, math.floor(slots * max_share))
         self.uncapped = max_share >= 1
