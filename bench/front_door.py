@@ -149,7 +149,7 @@ async def settle(stack: Stack, api: psutil.Process, redis_client: aioredis.Redis
     cancelled their jobs), nothing is queued or left in the broker, and a heartbeat newer than the
     wait's start says the worker runs nothing: the next level starts on an idle stack. At most
     `timeout` s."""
-    keys, start, since = Keys(stack.env["LLMQ_NAMESPACE"]), time.monotonic(), time.time()
+    keys, start, since = Keys(stack.namespace), time.monotonic(), time.time()
     while True:
         left = {**await backlog(redis_client, keys), "api_connections": api_connections(api, stack.port)}
         idle = (left["queued"] == left["tickets"] == left["running"] == left["api_connections"] == 0
@@ -170,7 +170,7 @@ async def run_level(stack: Stack, model: str, clients_count: int, args, run_tag:
     try:
         redis_before = (await redis_client.info("clients"))["connected_clients"]
         rss_before, cpu_before = api.memory_info().rss, cpu_seconds(api.pid, children=False)
-        probe = QueueProbe(redis_client, Keys(stack.env["LLMQ_NAMESPACE"]).queued)
+        probe = QueueProbe(redis_client, Keys(stack.namespace).queued)
         clients = [Client(i) for i in range(clients_count)]
         level_start = time.monotonic()
         deadline = level_start + args.hold_s
@@ -278,7 +278,7 @@ def run_server(server: str, args, run_id: str, result: dict) -> None:
     log_dir = args.out / "logs" / f"front_door-{server}"
     log(f"{server}: starting a stack (logs in {log_dir})")
     stack = Stack(args.redis_url, args.model, log_dir, STACK_ENV, api_server=server)
-    result.update({"logs": str(log_dir), "namespace": stack.env["LLMQ_NAMESPACE"], "levels": []})
+    result.update({"logs": str(log_dir), "namespace": stack.namespace, "levels": []})
     try:
         stack.wait_ready(args.ready_s)
         model = served_model(stack.url)

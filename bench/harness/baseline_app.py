@@ -12,7 +12,6 @@ import sys
 import threading
 import uuid
 
-import torch
 from flask import Flask, Response, jsonify, request
 from transformers import AutoModelForCausalLM, AutoTokenizer, TextIteratorStreamer
 

@@ -1,10 +1,14 @@
-"""Prefix affinity: two workers, tenants with long system prompts of their own, affinity on vs off.
+"""Prefix caching and prefix affinity: time to first token when prompts share long system prompts,
+each of the two off against on.
 
-    python -m bench.affinity_bench [--tenants 8] [--requests 64] [--clients 8 16] [--engine auto]
+    python -m bench.studies.affinity_bench [--tenants 8] [--requests 64] [--clients 8 16] [--engine auto]
+    python -m bench.studies.affinity_bench --prefix-cache [--requests 40] [--clients 8]
 
-Each run starts the stack (two workers, one CPU each), sends each tenant's first request once (as
-a running server would already have seen them), then the measured requests, tenants interleaved,
-streamed by `--clients` threads. Reported per run:
+Prefix affinity (the default): two workers (one CPU each), tenants with ~1,000-token system
+prompts of their own, `LLMQ_PREFIX_AFFINITY_WAIT_S` 0 against the setting's default. Each run
+starts the stack, sends each tenant's first request once (as a running server would already have
+seen them), then the measured requests, tenants interleaved, streamed by `--clients` threads.
+Reported per run:
 
 - `served_before`: share of measured jobs that ran on a worker that had already started a job of
   the same tenant in this run (read from the job records): where an engine's prefix cache can hit;
@@ -12,11 +16,17 @@ streamed by `--clients` threads. Reported per run:
   engine reports it (the reference engine does; OpenVINO's pipeline does not say);
 - TTFT p50/p95 as the client sees it, and completion tokens/s over the measured phase;
 - affinity outcomes (hit / miss / new) as the pick script recorded them.
+
+`--prefix-cache`: one worker, `LLMQ_PREFIX_CACHE_MB` 0 against 256, on a workload where 80% of
+prompts share one ~300-token system prompt (the rest have system prompts of their own); the same
+requests in the same order. Reported: TTFT p50/p95 each way, the prefix cache's hit rate, and the
+prompt tokens sent against those the cache looked up (a cross-check).
 """
 from __future__ import annotations
 
 import argparse
 import json
+import random
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -25,106 +35,83 @@ from pathlib import Path
 import redis
 import requests
 
-from bench.bench import Sample, _stream
-from bench.prefix_bench import pct, system_prompt
-from bench.stack import Stack
+from bench.harness.clients import Sample, llmq_job
+from bench.harness.prompts import support_question, system_prompt
+from bench.harness.results import save
+from bench.harness.servers import Stack
+from bench.harness.stats import percentile, rounded
 from common.keys import Keys
 from common.models import resolve_model
 from common.prompting import PromptBuilder
 from common.settings import Settings
 
 HEARTBEAT_S = 1.0
-QUESTIONS = ["Where is my parcel?", "Can I return a lamp?", "My mug arrived broken.",
-             "How long do refunds take?", "Do you ship abroad?", "I lost my receipt."]
 
 
-def tenant_messages(systems: list[str], i: int) -> list[dict]:
-    tenant = i % len(systems)
-    return [{"role": "system", "content": systems[tenant]},
-            {"role": "user", "content": f"{QUESTIONS[i % len(QUESTIONS)]} (ticket {i})"}]
-
-
-def submit(stack: Stack, messages: list[dict], max_tokens: int) -> tuple[str, Sample]:
-    t0 = time.perf_counter()
-    job = requests.post(f"{stack.url}/v1/jobs", json={"messages": messages, "max_tokens": max_tokens,
-                                                      "temperature": 0, "cache": False}, timeout=60).json()
-    with requests.get(f"{stack.url}{job['links']['events']}", stream=True, timeout=600) as resp:
-        return job["id"], _stream(resp, t0)
-
-
-def engine_prefix_stats(stack: Stack) -> tuple[int, int] | None:
-    """(hit tokens, queried tokens) summed over the workers, from a fresh heartbeat."""
+def engine_prefix_stats(stack: Stack) -> list[dict]:
+    """Each model worker's prefix-cache counters, from a fresh heartbeat."""
     time.sleep(HEARTBEAT_S * 2)
     workers = requests.get(f"{stack.url}/health", timeout=10).json()["workers_detail"]
-    stats = [w["prefix_cache"] for w in workers if "prefix_cache" in w]
-    if not stats:
-        return None
-    return sum(s["hit_tokens"] for s in stats), sum(s["queried_tokens"] for s in stats)
+    return [w["prefix_cache"] for w in workers if "prefix_cache" in w]
 
 
-def run(stack: Stack, systems: list[str], requests_n: int, clients: int, max_tokens: int) -> dict:
+def ttft_row(samples: list[Sample]) -> dict:
+    ttft = [s.ttft for s in samples if s.ok]
+    return {"ok": len(ttft), "failed": len(samples) - len(ttft),
+            "ttft_p50": rounded(percentile(ttft, 50)), "ttft_p95": rounded(percentile(ttft, 95))}
+
+
+# --- prefix affinity: two workers -----------------------------------------------------------------
+
+def affinity_run(stack: Stack, systems: list[str], requests_n: int, clients: int, max_tokens: int) -> dict:
     stack.wait_ready(timeout=600)  # a first OpenVINO run exports the model
     deadline = time.monotonic() + 120  # both consumers answer (a heartbeat comes before the consumer)
     while len(requests.get(f"{stack.url}/health?deep=1", timeout=10).json().get("celery_workers") or []) < 2:
         assert time.monotonic() < deadline, "two workers did not come up"
         time.sleep(1)
-    warm = [submit(stack, tenant_messages(systems, t), max_tokens)[0] for t in range(len(systems))]
+    ask = lambda i: llmq_job(stack.url, support_question(systems, i), max_tokens)  # noqa: E731
+    warm = [ask(t)[0] for t in range(len(systems))]
     before = engine_prefix_stats(stack)
     started = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
-        done = list(pool.map(lambda i: submit(stack, tenant_messages(systems, i), max_tokens),
-                             range(len(systems), len(systems) + requests_n)))
+        done = list(pool.map(ask, range(len(systems), len(systems) + requests_n)))
     wall = time.perf_counter() - started
     after = engine_prefix_stats(stack)
 
     client = redis.Redis.from_url(stack.redis_url, decode_responses=True)
-    keys = Keys(stack.env["LLMQ_NAMESPACE"])
+    keys = Keys(stack.namespace)
     records = {}
     for n, job_id in enumerate(warm + [job_id for job_id, _ in done]):
-        worker, started_at, outcome = client.hmget(keys.job(job_id), "worker", "started_at", "prefix_affinity")
-        records[job_id] = (n % len(systems), worker, float(started_at), outcome or "")
+        if job_id is not None:
+            worker, started_at, outcome = client.hmget(keys.job(job_id), "worker", "started_at", "prefix_affinity")
+            records[job_id] = (n % len(systems), worker, float(started_at or 0), outcome or "")
     seen: set[tuple[int, str]] = set()
     served_before = 0
     for job_id, (tenant, worker, _, _) in sorted(records.items(), key=lambda item: item[1][2]):
         if job_id not in warm and (tenant, worker) in seen:
             served_before += 1
         seen.add((tenant, worker))
+    measured = [(job_id, sample) for job_id, sample in done if job_id in records]
     samples = [sample for _, sample in done]
-    ttft = [s.ttft for s in samples if s.ok]
+    workers = {records[job_id][1] for job_id, _ in measured}
     result = {
-        "clients": clients, "ok": len(ttft), "failed": len(samples) - len(ttft),
+        "clients": clients, **ttft_row(samples),
         "served_before": round(served_before / requests_n, 3),
-        "ttft_p50": round(pct(ttft, 50), 3), "ttft_p95": round(pct(ttft, 95), 3),
         "tokens_per_s": round(sum(s.tokens for s in samples) / wall, 1),
-        "outcomes": dict(Counter(records[job_id][3] for job_id, _ in done)),
-        "jobs_per_worker": dict(Counter(records[job_id][1] for job_id, _ in done)),
-        "ttft_p50_per_worker": {worker: round(pct([s.ttft for job_id, s in done if s.ok and records[job_id][1] == worker], 50), 3)
-                                for worker in {records[job_id][1] for job_id, _ in done}},
-        "warmed_on": [records[job_id][1] for job_id in warm],
+        "outcomes": dict(Counter(records[job_id][3] for job_id, _ in measured)),
+        "jobs_per_worker": dict(Counter(records[job_id][1] for job_id, _ in measured)),
+        "ttft_p50_per_worker": {worker: rounded(percentile([s.ttft for job_id, s in measured
+                                                            if s.ok and records[job_id][1] == worker], 50))
+                                for worker in workers},
+        "warmed_on": [records[job_id][1] for job_id in warm if job_id in records],
     }
-    if before and after and after[1] > before[1]:
-        result["engine_hit_rate"] = round((after[0] - before[0]) / (after[1] - before[1]), 3)
+    hits = [sum(s[k] for s in stats) for stats in (before, after) for k in ("hit_tokens", "queried_tokens")]
+    if before and after and hits[3] > hits[1]:
+        result["engine_hit_rate"] = round((hits[2] - hits[0]) / (hits[3] - hits[1]), 3)
     return result
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tenants", type=int, default=8)
-    parser.add_argument("--system-tokens", type=int, default=1000)
-    parser.add_argument("--requests", type=int, default=64)
-    parser.add_argument("--clients", type=int, nargs="+", default=[8, 16])
-    parser.add_argument("--max-tokens", type=int, default=16)
-    parser.add_argument("--engine", default="auto")
-    parser.add_argument("--model", default="embedded")
-    parser.add_argument("--slots", type=int, default=8, help="each worker's max batch size")
-    parser.add_argument("--kv-cache-mb", type=int, default=None,
-                        help="each worker's KV budget (default: the setting's); small enough that one "
-                             "worker cannot keep every tenant's prompt cached is where affinity matters most")
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    args = parser.parse_args()
-    model = resolve_model(Settings(model=args.model, allow_download=False))
-    builder = PromptBuilder(model.path, 4096)
+def affinity(args, builder: PromptBuilder) -> list[dict]:
     systems = [system_prompt(builder, args.system_tokens, seed=t) for t in range(args.tenants)]
     results = []
     for clients in args.clients:
@@ -135,7 +122,7 @@ def main() -> None:
                            **({"LLMQ_KV_CACHE_MB": str(args.kv_cache_mb)} if args.kv_cache_mb else {})},
                           workers=2, worker_cpus=["0", "1"])
             try:
-                result = {"affinity": label, **run(stack, systems, args.requests, clients, args.max_tokens)}
+                result = {"affinity": label, **affinity_run(stack, systems, args.requests, clients, args.max_tokens)}
             finally:
                 stack.stop()
             results.append(result)
@@ -148,8 +135,80 @@ def main() -> None:
               f"TTFT p50 {off['ttft_p50']:.2f}s -> {on['ttft_p50']:.2f}s ({1 - on['ttft_p50'] / off['ttft_p50']:.0%} "
               f"lower), p95 {off['ttft_p95']:.2f}s -> {on['ttft_p95']:.2f}s; tokens/s {off['tokens_per_s']} -> "
               f"{on['tokens_per_s']}")
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"affinity-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(results, indent=2))
+    return results
+
+
+# --- the prefix cache: one worker -----------------------------------------------------------------
+
+def shared_prefix_workload(builder: PromptBuilder, count: int, shared_share: float = 0.8) -> list[list[dict]]:
+    """`count` tickets, `shared_share` of them under one shared system prompt, the rest each
+    under one of its own."""
+    rng = random.Random(7)
+    shared = system_prompt(builder, 300, seed=0)
+    return [support_question([shared if rng.random() < shared_share else system_prompt(builder, 300, seed=1000 + i)], i)
+            for i in range(count)]
+
+
+def prefix_cache_run(stack: Stack, jobs: list[list[dict]], clients: int, max_tokens: int) -> tuple[list[Sample], dict]:
+    stack.wait_ready()
+    ask = lambda messages: llmq_job(stack.url, messages, max_tokens)[1]  # noqa: E731
+    ask(jobs[0])  # warm-up (also seeds the prefix cache once, as any running server would have)
+    with ThreadPoolExecutor(clients) as pool:
+        samples = list(pool.map(ask, jobs))
+    (stats,) = engine_prefix_stats(stack) or [{}]  # one worker, so its stats are the run's
+    return samples, stats
+
+
+def prefix_cache(args, builder: PromptBuilder) -> dict:
+    jobs = shared_prefix_workload(builder, args.requests)
+    results = {}
+    for label, mb in (("off", "0"), ("on", "256")):
+        stack = Stack(args.redis_url, args.model, args.out / "logs",
+                      {"LLMQ_PREFIX_CACHE_MB": mb, "LLMQ_HEARTBEAT_S": str(HEARTBEAT_S)})
+        try:
+            samples, stats = prefix_cache_run(stack, jobs, args.clients[0], args.max_tokens)
+        finally:
+            stack.stop()
+        results[label] = {**ttft_row(samples), "prefix_cache": stats}
+        print(label, json.dumps(results[label]), flush=True)
+    off, on = results["off"], results["on"]
+    # cross-check: the worker looked up every prompt token of the run (warm-up included) once
+    sent = sum(len(builder.build(messages, None)[1]) for messages in [jobs[0], *jobs])
+    print(f"prompt tokens sent {sent}, looked up by the prefix cache "
+          f"{on['prefix_cache'].get('queried_tokens')}, of which hits {on['prefix_cache'].get('hit_tokens')}")
+    print(f"\nprefix cache hit rate {on['prefix_cache'].get('hit_rate', 0):.1%} of prompt tokens; "
+          f"TTFT p50 {off['ttft_p50']:.3f}s -> {on['ttft_p50']:.3f}s "
+          f"({off['ttft_p50'] / on['ttft_p50']:.2f}x), p95 {off['ttft_p95']:.3f}s -> {on['ttft_p95']:.3f}s "
+          f"({off['ttft_p95'] / on['ttft_p95']:.2f}x)")
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--prefix-cache", action="store_true",
+                        help="one worker, the prefix cache off against on (instead of affinity)")
+    parser.add_argument("--tenants", type=int, default=8)
+    parser.add_argument("--system-tokens", type=int, default=1000)
+    parser.add_argument("--requests", type=int, default=None, help="measured requests (default 64; 40 with --prefix-cache)")
+    parser.add_argument("--clients", type=int, nargs="+", default=None,
+                        help="closed-loop clients of each run (default 8 16; 8 with --prefix-cache)")
+    parser.add_argument("--max-tokens", type=int, default=16)
+    parser.add_argument("--engine", default="auto")
+    parser.add_argument("--model", default="embedded")
+    parser.add_argument("--slots", type=int, default=8, help="each worker's max batch size")
+    parser.add_argument("--kv-cache-mb", type=int, default=None,
+                        help="each worker's KV budget (default: the setting's); small enough that one "
+                             "worker cannot keep every tenant's prompt cached is where affinity matters most")
+    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
+    parser.add_argument("--out", type=Path, default=Path("bench/results"))
+    args = parser.parse_args()
+    args.requests = args.requests or (40 if args.prefix_cache else 64)
+    args.clients = args.clients or ([8] if args.prefix_cache else [8, 16])
+    builder = PromptBuilder(resolve_model(Settings(model=args.model, allow_download=False)).path, 4096)
+    if args.prefix_cache:
+        save(args.out, "prefix", prefix_cache(args, builder))
+    else:
+        save(args.out, "affinity", affinity(args, builder))
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 bfloat16) x attention implementation (sdpa vs eager), and torch.compile if it works, at batch
 sizes 1/8/16 through the real runner (slot KV cache, 4-D masks).
 
-    python -m bench.kernels [--model embedded] [--steps 20] [--context 200]
+    python -m bench.studies.kernels [--model embedded] [--steps 20] [--context 200]
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Prompt lookup (n-gram speculative decoding): decode speed with and without it, one client.
 
-    python -m bench.prompt_lookup [--rounds 3] [--max-tokens 128] [--tokens 4] [--ngram 3]
+    python -m bench.studies.prompt_lookup [--rounds 3] [--max-tokens 128] [--tokens 4] [--ngram 3]
 
 Two OpenVINO engines on the embedded model (int8 weights, the worker's defaults otherwise), one
 built with LLMQ_PROMPT_LOOKUP, one without, run the same requests one at a time, the two

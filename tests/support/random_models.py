@@ -7,7 +7,6 @@ one). The text they write is noise. `python -m bench.make_qwen_size_model` build
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 
 import torch
