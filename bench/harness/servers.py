@@ -276,7 +276,8 @@ class OpenVINOServer(Server):
         super().__init__(log_dir)
         env = {**os.environ, "LLMQ_MODEL": model, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
                **(extra_env or {})}
-        self.spawn("openvino-server", [sys.executable, "-m", "bench.harness.openvino_app", "--port", str(self.port)], env)
+        self.spawn("openvino-server", [sys.executable, "-m", "bench.harness.openvino_app", "--port", str(self.port)],
+                   env)
 
     def wait_ready(self, timeout: float = 600) -> None:  # a first run exports the model to IR
         wait_http_ok(f"{self.url}/v1/models", timeout, "OpenVINO server")

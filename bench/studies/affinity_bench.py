@@ -145,8 +145,9 @@ def shared_prefix_workload(builder: PromptBuilder, count: int, shared_share: flo
     under one of its own."""
     rng = random.Random(7)
     shared = system_prompt(builder, 300, seed=0)
-    return [support_question([shared if rng.random() < shared_share else system_prompt(builder, 300, seed=1000 + i)], i)
-            for i in range(count)]
+    systems = [shared if rng.random() < shared_share else system_prompt(builder, 300, seed=1000 + i)
+               for i in range(count)]
+    return [support_question([system], i) for i, system in enumerate(systems)]
 
 
 def prefix_cache_run(stack: Stack, jobs: list[list[dict]], clients: int, max_tokens: int) -> tuple[list[Sample], dict]:
@@ -189,7 +190,8 @@ def main() -> None:
                         help="one worker, the prefix cache off against on (instead of affinity)")
     parser.add_argument("--tenants", type=int, default=8)
     parser.add_argument("--system-tokens", type=int, default=1000)
-    parser.add_argument("--requests", type=int, default=None, help="measured requests (default 64; 40 with --prefix-cache)")
+    parser.add_argument("--requests", type=int, default=None,
+                        help="measured requests (default 64; 40 with --prefix-cache)")
     parser.add_argument("--clients", type=int, nargs="+", default=None,
                         help="closed-loop clients of each run (default 8 16; 8 with --prefix-cache)")
     parser.add_argument("--max-tokens", type=int, default=16)
