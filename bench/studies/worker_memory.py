@@ -3,7 +3,7 @@
 proportional (PSS: shared pages split between processes) memory of the worker and every process
 it started (engine core, vLLM's executor, OpenVINO's core).
 
-    python -m bench.worker_memory [--engines openvino,vllm,hf]
+    python -m bench.studies.worker_memory [--engines openvino,vllm,hf]
 """
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pathlib import Path
 
 import psutil
 
-from bench.bench import drive, openai_request
-from bench.stack import Stack
+from bench.harness.clients import openai_request
+from bench.harness.load import drive
+from bench.harness.servers import Stack
 
 
 def main() -> None:
@@ -33,7 +34,7 @@ def main() -> None:
             stack.wait_ready(600)
             ready = time.monotonic() - started
             drive(openai_request, stack.url, 16, 1, 64)
-            worker = psutil.Process(stack.procs[0].pid)
+            worker = psutil.Process(stack.procs["worker"].pid)
             procs = [worker, *worker.children(recursive=True)]
             rss = sum(p.memory_info().rss for p in procs) / 2**20
             pss = sum(p.memory_full_info().pss for p in procs) / 2**20

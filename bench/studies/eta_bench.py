@@ -1,7 +1,7 @@
 """How true are the ETAs? A burst of jobs, each 202's `estimated_start` / `estimated_finish` against
 when the job really started and finished.
 
-    python -m bench.eta_bench [--burst 32] [--max-tokens 64] [--warmup 8] [--url http://...]
+    python -m bench.studies.eta_bench [--burst 32] [--max-tokens 64] [--warmup 8] [--url http://...]
 
 Starts its own llmq stack (worker + API, fresh namespace) unless --url is given; warms the worker
 up with a few jobs so its heartbeat carries measured rates (the ETAs come from those), waits one
@@ -20,8 +20,10 @@ from pathlib import Path
 
 import requests
 
-from bench.bench import TOPICS
-from bench.stack import Stack
+from bench.harness.prompts import TOPICS
+from bench.harness.results import save
+from bench.harness.servers import Stack
+from bench.harness.stats import percentile, rounded
 
 
 def submit(url: str, index: int, max_tokens: int) -> dict:
@@ -46,13 +48,11 @@ def wait_all(url: str, ids: list[str], timeout: float) -> dict[str, dict]:
 
 
 def error_stats(errors: list[float], waits: list[float]) -> dict:
-    absolute = sorted(abs(e) for e in errors)
-    relative = sorted(abs(e) / w for e, w in zip(errors, waits) if w > 1.0)
-    q = lambda values, p: values[min(len(values) - 1, int(p * len(values)))] if values else None
-    return {"abs_p50_s": round(statistics.median(absolute), 2), "abs_p90_s": round(q(absolute, 0.9), 2),
-            "abs_max_s": round(absolute[-1], 2), "bias_s": round(statistics.mean(errors), 2),
-            "rel_p50": round(q(relative, 0.5), 3) if relative else None,
-            "rel_p90": round(q(relative, 0.9), 3) if relative else None}
+    absolute = [abs(e) for e in errors]
+    relative = [abs(e) / w for e, w in zip(errors, waits) if w > 1.0]
+    return {"abs_p50_s": rounded(percentile(absolute, 50), 2), "abs_p90_s": rounded(percentile(absolute, 90), 2),
+            "abs_max_s": rounded(percentile(absolute, 100), 2), "bias_s": round(statistics.mean(errors), 2),
+            "rel_p50": rounded(percentile(relative, 50)), "rel_p90": rounded(percentile(relative, 90))}
 
 
 def main() -> None:
@@ -109,8 +109,7 @@ def main() -> None:
         print(f"{r['position']:>4} {r['est_start'] - c:9.1f} {r['start'] - c:7.1f} "
               f"{r['est_finish'] - c:8.1f} {r['finish'] - c:7.1f}")
     print(json.dumps(result, indent=2))
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"eta-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps({**result, "rows": rows}, indent=2))
+    save(args.out, "eta", {**result, "rows": rows})
 
 
 if __name__ == "__main__":

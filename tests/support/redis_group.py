@@ -1,6 +1,7 @@
 """A Redis high-availability group on loopback, as real processes: one master, one replica and
 three sentinels (`redis-server --sentinel`), with short timeouts so a failover takes seconds.
-Used by the failover test and the chaos soak; `kill_master()` is the fault they inject."""
+Used by the failover and Sentinel tests and the chaos soak (bench/soak.py --chaos);
+`kill_master()` is the fault they inject."""
 from __future__ import annotations
 
 import shutil

@@ -1,9 +1,9 @@
 """What the Responses surface costs next to chat completions, on one llmq stack.
 
-    python -m bench.responses_cost [--levels 1,16] [--rounds 3] [--max-tokens 128]
+    python -m bench.studies.responses_cost [--levels 1,16] [--rounds 3] [--max-tokens 128]
 
 One stack (worker + gunicorn API, fresh namespace, result cache off, prefix cache off so a prompt
-that the other surface ran first gains nothing), driven by bench.bench's closed-loop streaming
+that the other surface ran first gains nothing), driven by the harness's closed-loop streaming
 clients: streamed chat completions (`/v1/chat/completions`) and streamed responses
 (`/v1/responses`, foreground, as a chat stream is), in turns, `--rounds` times, each round's order
 the reverse of the last, so the machine's drift is shared. Both surfaces get the same prompts each
@@ -19,65 +19,34 @@ import json
 import time
 from pathlib import Path
 
-import psutil
-import requests
+from bench.harness.clients import openai_request, responses_request
+from bench.harness.load import drive, requests_per_client, turns
+from bench.harness.measures import cpu_seconds
+from bench.harness.results import args_dict, levels, save
+from bench.harness.servers import Stack
+from bench.harness.stats import summarize
 
-from bench.bench import _MODEL_IDS, Sample, drive, openai_request, summarize
-from bench.stack import Stack
-from common.sseclient import iter_sse
-
-SURFACES = {"chat": openai_request}
-
-
-def responses_request(url: str, prompt: str, max_tokens: int) -> Sample:
-    """A streamed response: TTFT at the first text delta, tokens from the final usage."""
-    if url not in _MODEL_IDS:
-        _MODEL_IDS[url] = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    t0 = time.perf_counter()
-    sample = Sample(ok=False)
-    with requests.post(f"{url}/v1/responses", stream=True, timeout=3600, json={
-            "model": _MODEL_IDS[url], "input": prompt, "max_output_tokens": max_tokens,
-            "temperature": 0, "stream": True}) as resp:
-        for event in iter_sse(resp.iter_lines(chunk_size=None)):
-            if event.event == "response.output_text.delta" and not sample.ttft:
-                sample.ttft = time.perf_counter() - t0
-            elif event.event in ("response.completed", "response.incomplete", "response.failed"):
-                sample.ok = event.event != "response.failed"
-                sample.tokens = event.json()["response"]["usage"]["output_tokens"]
-                sample.latency = time.perf_counter() - t0
-                break
-    return sample
-
-
-SURFACES["responses"] = responses_request
-
-
-def cpu_s(pid: int) -> float:
-    """CPU seconds of a process and its children so far (gunicorn's master and its worker)."""
-    procs = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
-    return sum(t.user + t.system for t in (p.cpu_times() for p in procs))
+SURFACES = {"chat": openai_request, "responses": responses_request}
 
 
 def interleaved(stack: Stack, args) -> dict[str, list[dict]]:
     """Per level, `args.rounds` rounds of both surfaces in turn, the same prompts for both; with
     each surface's API and worker CPU time per 1,000 generated tokens (where the cost goes)."""
     results: dict[str, list[dict]] = {name: [] for name in SURFACES}
-    api, workers = stack.api_proc.pid, [p.pid for p in stack.procs[:-1]]
+    api, workers = stack.api_proc.pid, [stack.procs[name].pid for name in stack.worker_names()]
     for clients in args.levels:
-        per_client = max(args.requests_per_client, -(-args.min_requests // clients))
+        per_client = requests_per_client(clients, args.requests_per_client, args.min_requests)
         pooled = {name: ([], 0.0, 0.0, 0.0) for name in SURFACES}
-        for round_ in range(args.rounds):
-            order = list(SURFACES) if round_ % 2 == 0 else list(SURFACES)[::-1]
-            for name in order:
-                api0, worker0 = cpu_s(api), sum(map(cpu_s, workers))
-                samples, wall = drive(SURFACES[name], stack.url, clients, per_client, args.max_tokens,
-                                      first_prompt=round_ * clients * per_client)
-                api_cpu, worker_cpu = cpu_s(api) - api0, sum(map(cpu_s, workers)) - worker0
-                print(f"{clients:>2} clients {name:9s} round {round_ + 1} {json.dumps(summarize(clients, samples, wall))}"
-                      f" api_cpu_s {api_cpu:.2f} worker_cpu_s {worker_cpu:.2f}", flush=True)
-                old = pooled[name]
-                pooled[name] = (old[0] + samples, old[1] + wall, old[2] + api_cpu, old[3] + worker_cpu)
-                time.sleep(args.settle_s)
+        for round_, name in turns(list(SURFACES), args.rounds):
+            api0, worker0 = cpu_seconds(api), sum(map(cpu_seconds, workers))
+            samples, wall = drive(SURFACES[name], stack.url, clients, per_client, args.max_tokens,
+                                  first_prompt=round_ * clients * per_client)
+            api_cpu, worker_cpu = cpu_seconds(api) - api0, sum(map(cpu_seconds, workers)) - worker0
+            print(f"{clients:>2} clients {name:9s} round {round_ + 1} {json.dumps(summarize(clients, samples, wall))}"
+                  f" api_cpu_s {api_cpu:.2f} worker_cpu_s {worker_cpu:.2f}", flush=True)
+            old = pooled[name]
+            pooled[name] = (old[0] + samples, old[1] + wall, old[2] + api_cpu, old[3] + worker_cpu)
+            time.sleep(args.settle_s)
         for name, (samples, wall, api_cpu, worker_cpu) in pooled.items():
             row = summarize(clients, samples, wall)
             tokens = sum(s.tokens for s in samples if s.ok) / 1000
@@ -100,7 +69,7 @@ def print_table(results: dict[str, list[dict]], levels: list[int]) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 16])
+    parser.add_argument("--levels", type=levels, default=[1, 16])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--requests-per-client", type=int, default=2)
@@ -121,9 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     finally:
         stack.stop()
     print_table(results, args.levels)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"responses-cost-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results}, indent=2))
+    path = save(args.out, "responses-cost", {"args": args_dict(args), "results": results})
     print(f"written {path}")
 
 

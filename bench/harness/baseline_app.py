@@ -1,7 +1,7 @@
 """The baseline llmq is measured against: one Flask process calling `model.generate`, one request
 at a time (a lock), streaming with TextIteratorStreamer. Same SSE shape as llmq's job events.
 
-    python bench/baseline_server.py MODEL_DIR PORT [DTYPE]
+    python -m bench.harness.baseline_app MODEL_DIR PORT [DTYPE]
 
 DTYPE (default auto) resolves as llmq's workers do, so both run the same arithmetic.
 """
@@ -11,14 +11,11 @@ import json
 import sys
 import threading
 import uuid
-from pathlib import Path
 
-import torch
 from flask import Flask, Response, jsonify, request
 from transformers import AutoModelForCausalLM, AutoTokenizer, TextIteratorStreamer
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from worker.engine.runner_hf import resolve_dtype  # noqa: E402
+from worker.engine.runner_hf import resolve_dtype
 
 model_dir, port = sys.argv[1], int(sys.argv[2])
 dtype = resolve_dtype(sys.argv[3] if len(sys.argv) > 3 else "auto")

@@ -10,25 +10,14 @@ servers bench.bench started, in place of the usual levels.
 """
 from __future__ import annotations
 
-import random
-import statistics
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from bench.bench import Sample, openai_request
-
-WORDS = ("river stone market lantern orchard harbour valley ledger copper meadow signal winter "
-         "archive basket canyon doctrine ember falcon garnet hollow island jasmine kettle lumber "
-         "marble needle oyster parcel quarry ribbon saddle timber umbrella velvet walnut yonder zephyr "
-         "anchor beacon cobalt dune ferry glacier hamlet ivory juniper kiln lagoon mosaic nectar").split()
-SYSTEM_WORDS = 1270  # about 1,500 tokens with the embedded model's tokenizer (the Qwen-size model's too)
-
-
-def long_system_prompt(seed: int) -> str:
-    """A system prompt no other request shares: words in an order of its own, from the start."""
-    rng = random.Random(seed)
-    return f"Reference {seed}. " + " ".join(rng.choice(WORDS) for _ in range(SYSTEM_WORDS))
+from bench.harness.clients import Sample, openai_request
+from bench.harness.prompts import long_system_prompt, story
+from bench.harness.results import markdown_table
+from bench.harness.stats import percentile
 
 
 def ttft_with_long_prompts(url: str, clients: int, per_client: int, first_seed: int) -> list[Sample]:
@@ -60,7 +49,7 @@ def decode_tokens_per_s(url: str, streams: int, max_tokens: int, first_seed: int
     start = time.perf_counter()
     with ThreadPoolExecutor(streams) as pool:
         samples = list(pool.map(lambda i: openai_request(
-            url, f"Story {first_seed + i}: write a long, detailed story about the sea.", max_tokens), range(streams)))
+            url, story(first_seed + i), max_tokens), range(streams)))
     wall = time.perf_counter() - start
     stop.set()
     for thread in interferers:
@@ -75,7 +64,7 @@ def run(servers: dict, args) -> dict[str, dict]:
         for name, server in servers.items():
             samples = ttft_with_long_prompts(server.url, clients, max(2, 16 // clients), first_seed=clients * 100)
             ttfts = [s.ttft for s in samples if s.ok]
-            results[name][f"ttft_{clients}"] = {"p50": round(statistics.median(ttfts), 3), "max": round(max(ttfts), 3),
+            results[name][f"ttft_{clients}"] = {"p50": round(percentile(ttfts, 50), 3), "max": round(max(ttfts), 3),
                                                 "failed": len(samples) - len(ttfts)}
             print(name, clients, results[name][f"ttft_{clients}"], flush=True)
             time.sleep(args.settle_s)
@@ -90,10 +79,10 @@ def run(servers: dict, args) -> dict[str, dict]:
 
 
 def print_table(results: dict[str, dict]) -> None:
-    print("\n| server | TTFT p50 / max, 1 client | 8 clients | 8 streams decoding, tok/s alone | "
-          "beside long prompts |")
-    print("|---|---|---|---|---|")
+    rows = []
     for name, r in results.items():
         one, eight, decode = r["ttft_1"], r["ttft_8"], r["decode"]
-        print(f"| {name} | {one['p50']:.2f} / {one['max']:.2f} s | {eight['p50']:.2f} / {eight['max']:.2f} s | "
-              f"{decode['alone']:.1f} | {decode['beside_long_prompts']:.1f} |")
+        rows.append([name, f"{one['p50']:.2f} / {one['max']:.2f} s", f"{eight['p50']:.2f} / {eight['max']:.2f} s",
+                     f"{decode['alone']:.1f}", f"{decode['beside_long_prompts']:.1f}"])
+    print("\n" + markdown_table(["server", "TTFT p50 / max, 1 client", "8 clients",
+                                 "8 streams decoding, tok/s alone", "beside long prompts"], rows))

@@ -2,7 +2,7 @@
 bfloat16) x attention implementation (sdpa vs eager), and torch.compile if it works, at batch
 sizes 1/8/16 through the real runner (slot KV cache, 4-D masks).
 
-    python -m bench.kernels [--model embedded] [--steps 20] [--context 200]
+    python -m bench.studies.kernels [--model embedded] [--steps 20] [--context 200]
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import time
 
 import torch
 
+from bench.harness.results import levels
 from common.models import resolve_model
 from common.settings import Settings
 from worker.engine.runner_hf import HFModelRunner
@@ -34,11 +35,11 @@ def main() -> None:
     parser.add_argument("--model", default="embedded")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--context", type=int, default=200)
-    parser.add_argument("--batches", default="1,8,16")
+    parser.add_argument("--batches", type=levels, default=[1, 8, 16])
     parser.add_argument("--compile", action="store_true", help="also try torch.compile (slow to build)")
     args = parser.parse_args()
     path = resolve_model(Settings(model=args.model, allow_download=False)).path
-    batches = [int(b) for b in args.batches.split(",")]
+    batches = args.batches
     rows = []
     variants = [(d, a) for d in ("float32", "bfloat16") for a in ("sdpa", "eager")]
     for dtype, attn in variants:

@@ -1,5 +1,6 @@
-"""Faults for the soak (`bench/soak.py --chaos`): kill -9 of a random worker every so often (each
-is restarted at once, as a supervisor would), and one Redis master failover at a set time."""
+"""Faults for the soak (`bench/soak.py --chaos`): kill -9 of a random worker of the stack every so
+often (each is restarted at once, as a supervisor would), and one master failover of its Redis
+Sentinel group (tests/support/redis_group.py) at a set time."""
 from __future__ import annotations
 
 import random
@@ -8,10 +9,11 @@ import time
 
 
 class Chaos(threading.Thread):
-    def __init__(self, stack, kill_every_s: tuple[float, float], failover_at_s: float | None,
+    def __init__(self, stack, redis_group, kill_every_s: tuple[float, float], failover_at_s: float | None,
                  stop_at: float, seed: int = 0):
         super().__init__(daemon=True)
-        self.stack, self.kill_every_s, self.failover_at_s = stack, kill_every_s, failover_at_s
+        self.stack, self.redis_group = stack, redis_group
+        self.kill_every_s, self.failover_at_s = kill_every_s, failover_at_s
         self.stop_at, self.rng = stop_at, random.Random(seed)
         self.started = time.monotonic()
         self.events: list[dict] = []
@@ -34,7 +36,7 @@ class Chaos(threading.Thread):
             self.done.wait(0.2)
 
     def failover(self) -> None:
-        group = self.stack.redis_group
+        group = self.redis_group
         old = group.kill_master()
         killed = time.monotonic()
         self.note("redis_master_killed", port=old)

@@ -1,16 +1,8 @@
-"""What holding many jobs costs a worker, beside its engine: threads, memory, Redis connections and
-the CPU of the relay (job threads, Celery, the writes of every job's text to Redis), per held job.
-
-For each level N a worker with LLMQ_MAX_BATCH_SIZE=N starts after N jobs are queued, so it takes
-them all at once and its engine batches them together; the run reports the largest batch a step
-saw and the worker's own footprint while it held them, apart from its engine's processes.
-
-    python -m bench.held_jobs [--engine vllm] [--levels 16,64,256] [--max-tokens 32] [--out DIR]
-"""
+"""A worker holding many jobs at once: queue N jobs, start a worker of batch N, let it run them
+all, and read what it cost beside its engine (threads, memory, Redis connections, CPU) while it
+held them. The e2e test asserts on it; `python -m bench.studies.held_jobs` reports it per level."""
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import subprocess
 import sys
@@ -22,8 +14,8 @@ from urllib.parse import urlparse
 import psutil
 
 from common.settings import Settings, subprocess_env
+from tests.support import ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
 PROMPTS = ["Count from one to fifty in words, one per line.", "List every month of the year, with a fact each.",
            "Name forty animals, one per line.", "Write the alphabet, one letter a line, with a word each."]
 
@@ -95,36 +87,3 @@ def hold(settings: Settings, jobs: int, max_tokens: int, log_path: Path, timeout
             "seconds": round(time.monotonic() - started, 2),
             "worker_cpu_s": round(end["cpu_s"] - start_cpu["cpu_s"], 2),
             "engine_cpu_s": round(end["engine_cpu_s"] - start_cpu["engine_cpu_s"], 2)}
-
-
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--engine", default="vllm")
-    parser.add_argument("--model", default="embedded")
-    parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[16, 64, 256])
-    parser.add_argument("--max-tokens", type=int, default=32)
-    parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
-    parser.add_argument("--out", type=Path, default=Path("bench/results"))
-    args = parser.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    rows = []
-    for level in args.levels:
-        settings = Settings(namespace=f"held{uuid.uuid4().hex[:6]}", redis_url=args.redis_url, model=args.model,
-                            engine=args.engine, max_batch_size=level, kv_cache_mb=2048, max_model_len=1024,
-                            vllm_enforce_eager=True, coalesce=False, max_queue=10_000)
-        row = hold(settings, level, args.max_tokens, args.out / f"held-{args.engine}-{level}.log")
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-    print("\n| held jobs | largest step | threads | worker RSS MB | Redis connections | worker CPU s "
-          "per 1k tokens | engine CPU s per 1k tokens |")
-    print("|---|---|---|---|---|---|---|")
-    for r in rows:
-        per_k = 1000 / max(r["tokens"], 1)
-        print(f"| {r['jobs']} | {r['max_batch']} | {r['threads']} | {r['rss_mb']} | {r['redis_connections']} | "
-              f"{r['worker_cpu_s'] * per_k:.2f} | {r['engine_cpu_s'] * per_k:.2f} |")
-    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-    (args.out / f"held-jobs-{stamp}.json").write_text(json.dumps(rows, indent=1))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,6 @@
 """Prompt lookup (n-gram speculative decoding): decode speed with and without it, one client.
 
-    python -m bench.prompt_lookup [--rounds 3] [--max-tokens 128] [--tokens 4] [--ngram 3]
+    python -m bench.studies.prompt_lookup [--rounds 3] [--max-tokens 128] [--tokens 4] [--ngram 3]
 
 Two OpenVINO engines on the embedded model (int8 weights, the worker's defaults otherwise), one
 built with LLMQ_PROMPT_LOOKUP, one without, run the same requests one at a time, the two
@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import time
 
+from bench.harness.stats import percentile
 from common.models import resolve_model
 from common.prompting import PromptBuilder
 from common.settings import Settings
@@ -115,8 +115,8 @@ def main() -> None:
         print(f"| {name} | {off[0] / off[2]:.1f} | {on[0] / on[2]:.1f} | {on[0] / on[2] / (off[0] / off[2]):.2f}x "
               f"| {on[0] / on[1]:.2f} |")
     print(f"\nall requests, per round: off {', '.join(f'{v:.1f}' for v in per_round[False])}; "
-          f"on {', '.join(f'{v:.1f}' for v in per_round[True])} (median {statistics.median(per_round[False]):.1f} "
-          f"against {statistics.median(per_round[True]):.1f})")
+          f"on {', '.join(f'{v:.1f}' for v in per_round[True])} (median {percentile(per_round[False], 50):.1f} "
+          f"against {percentile(per_round[True], 50):.1f})")
     for engine in engines.values():
         engine.close()
 

@@ -1,4 +1,4 @@
-"""The Flask app of bench/front_door_floor.py: a streaming endpoint that does no work, so that what
+"""The Flask app of `bench/front_door.py --floor`: a streaming endpoint that does no work, so that what
 a client waits for is Flask and gunicorn alone."""
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """Models on demand: two catalog models behind one endpoint, one worker, alternating bursts.
 
-    python -m bench.models_on_demand [--rounds 3] [--burst 8] [--max-tokens 32] [--engine auto]
+    python -m bench.studies.models_on_demand [--rounds 3] [--burst 8] [--max-tokens 32] [--engine auto]
 
 The catalog holds the embedded model and a second small model built here (a 2-layer random-weight
-Qwen2 over the embedded model's vocabulary, `bench/make_qwen_size_model.py --tiny`: it answers
+Qwen2 over the embedded model's vocabulary, `python -m bench.make_qwen_size_model --tiny`: it answers
 differently, which is the point). Two runs, each a fresh stack with one worker:
 
 - `room for one` (`LLMQ_WORKER_MAX_MODELS=1`): every burst for the other model finds it cold, so
@@ -22,23 +22,22 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import redis
 import requests
 
-from bench.bench import _stream
-from bench.make_qwen_size_model import TINY, build
-from bench.prefix_bench import pct
-from bench.stack import Stack
+from bench.harness.clients import llmq_job
+from bench.harness.prompts import TOPICS
+from bench.harness.results import save
+from bench.harness.servers import Stack
+from bench.harness.stats import percentile
 from common.keys import Keys
 from common.settings import Settings
+from tests.support.random_models import TINY, build
 
 MODELS = ("smol", "tiny")
-TOPICS = ["rivers", "bread", "stars", "trains", "bees", "glass", "tea", "maps", "salt", "kites",
-          "moss", "bells", "clocks", "paper", "rain", "wool"]
 
 
 def catalog_file(out: Path, engine: str) -> Path:
@@ -51,19 +50,13 @@ def catalog_file(out: Path, engine: str) -> Path:
 
 
 def ask(stack: Stack, model: str, prompt: str, max_tokens: int) -> dict:
-    t0 = time.perf_counter()
-    job = requests.post(f"{stack.url}/v1/jobs", json={
-        "model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-        "temperature": 0, "cache": False}, timeout=60)
-    if job.status_code != 202:
-        return {"model": model, "prompt": prompt, "ok": False, "error": job.text}
-    job = job.json()
-    with requests.get(f"{stack.url}{job['links']['events']}", stream=True, timeout=900) as resp:
-        sample = _stream(resp, t0)
-    record = requests.get(f"{stack.url}/v1/jobs/{job['id']}", timeout=30).json()
+    job_id, sample = llmq_job(stack.url, [{"role": "user", "content": prompt}], max_tokens, model=model)
+    if job_id is None:
+        return {"model": model, "prompt": prompt, "ok": False}
+    record = requests.get(f"{stack.url}/v1/jobs/{job_id}", timeout=30).json()
     # which model's runtime ran it: the worker's name in the fleet, kept in Redis, not shown by the API
-    keys = Keys(stack.env["LLMQ_NAMESPACE"])
-    worker = redis.Redis.from_url(stack.redis_url, decode_responses=True).hget(keys.job(job["id"]), "worker")
+    keys = Keys(stack.namespace)
+    worker = redis.Redis.from_url(stack.redis_url, decode_responses=True).hget(keys.job(job_id), "worker")
     return {"model": model, "prompt": prompt, "ok": sample.ok, "ttft": sample.ttft, "text": record.get("text"),
             "ran_as": record.get("model"), "worker": worker}
 
@@ -85,10 +78,10 @@ def run(stack: Stack, rounds: int, burst: int, max_tokens: int) -> list[dict]:
                            for i in range(burst)]
                 answers = list(pool.map(lambda p, m=model: ask(stack, m, p, max_tokens), prompts))
                 after = last_loads(stack)[model]
-                ttfts = sorted(a["ttft"] for a in answers if a["ok"])
+                ttfts = [a["ttft"] for a in answers if a["ok"]]
                 bursts.append({"round": r, "model": model, "cold": cold,
                                "load_s": after["load_s"] if cold else None,
-                               "first_ttft": answers[0].get("ttft"), "ttft_p50": pct(ttfts, 50) if ttfts else None,
+                               "first_ttft": answers[0].get("ttft"), "ttft_p50": percentile(ttfts, 50),
                                "answers": answers})
                 print(json.dumps({k: v for k, v in bursts[-1].items() if k != "answers"}), flush=True)
     return bursts
@@ -127,12 +120,12 @@ def main() -> None:
         warm = [b for b in bursts if not b["cold"]]
         line = f"{label}: {len(answers)} jobs, lost {lost}, wrong model {wrong}; "
         if cold:
-            line += (f"cold bursts {len(cold)}: load {pct(sorted(b['load_s'] for b in cold), 50):.2f}s p50, "
-                     f"first TTFT {pct(sorted(b['first_ttft'] for b in cold), 50):.2f}s p50; ")
+            line += (f"cold bursts {len(cold)}: load {percentile([b['load_s'] for b in cold], 50):.2f}s p50, "
+                     f"first TTFT {percentile([b['first_ttft'] for b in cold], 50):.2f}s p50; ")
         if warm:
-            line += f"warm bursts {len(warm)}: first TTFT {pct(sorted(b['first_ttft'] for b in warm), 50):.2f}s p50"
+            line += f"warm bursts {len(warm)}: first TTFT {percentile([b['first_ttft'] for b in warm], 50):.2f}s p50"
         print(line)
-    (args.out / f"models-on-demand-{time.strftime('%Y%m%d-%H%M%S')}.json").write_text(json.dumps(runs, indent=2))
+    save(args.out, "models-on-demand", runs)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """Batches against interactive traffic: interactive p95 time to first token at N clients, alone
 and while a large batch runs, and the batch's throughput when it runs alone.
 
-    flock /tmp/llmq-bench.lock python -m bench.batch_bench [--lines 1000] [--clients 8]
+    flock /tmp/llmq-bench.lock python -m bench.studies.batch_bench [--lines 1000] [--clients 8]
 
 One stack (model worker, model-less control worker, API) on loopback. Phases, in order:
 1. interactive alone: N clients, each streaming R chat completions one after another;
@@ -14,41 +14,29 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import requests
 
-from bench.stack import Stack
+from bench.harness.clients import openai_request, served_model
+from bench.harness.servers import Stack
+from bench.harness.stats import percentile
 
 
-def ttft_of(url: str, model: str, prompt: str, max_tokens: int) -> float | None:
-    """Seconds to the first content chunk of one streamed chat completion."""
-    t0 = time.perf_counter()
-    body = {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True, "cache": False}
-    with requests.post(f"{url}/v1/chat/completions", json=body, stream=True, timeout=600) as resp:
-        for raw in resp.iter_lines(decode_unicode=True):
-            if raw and raw.startswith("data: {") and '"content": "' in raw and '"content": ""' not in raw:
-                first = time.perf_counter() - t0
-                for _ in resp.iter_lines():
-                    pass
-                return first
-    return None
-
-
-def interactive(url: str, model: str, clients: int, rounds: int, max_tokens: int, tag: str) -> dict:
+def interactive(url: str, clients: int, rounds: int, max_tokens: int, tag: str) -> dict:
+    """`clients` clients, each streaming `rounds` chat completions one after another: p50/p95 of
+    the time to the first content."""
     def client(c: int) -> list[float]:
-        return [ttft_of(url, model, f"[{tag} {c}.{r}] Give one tip for writing clear code.", max_tokens)
-                for r in range(rounds)]
+        samples = [openai_request(url, f"[{tag} {c}.{r}] Give one tip for writing clear code.", max_tokens)
+                   for r in range(rounds)]
+        return [s.ttft for s in samples if s.ok and s.ttft]
 
     with ThreadPoolExecutor(clients) as pool:
-        ttfts = [t for times in pool.map(client, range(clients)) for t in times if t is not None]
-    ttfts.sort()
-    return {"requests": clients * rounds, "answered": len(ttfts), "p50_ttft_s": statistics.median(ttfts),
-            "p95_ttft_s": ttfts[min(len(ttfts) - 1, int(0.95 * len(ttfts)))]}
+        ttfts = [t for times in pool.map(client, range(clients)) for t in times]
+    return {"requests": clients * rounds, "answered": len(ttfts), "p50_ttft_s": percentile(ttfts, 50),
+            "p95_ttft_s": percentile(ttfts, 95)}
 
 
 def start_batch(url: str, model: str, lines: int, max_tokens: int, tag: str) -> str:
@@ -88,9 +76,9 @@ def main() -> None:
     stack.start_batch_worker()
     try:
         stack.wait_ready()
-        model = requests.get(f"{stack.url}/v1/models", timeout=10).json()["data"][0]["id"]
-        interactive(stack.url, model, 2, 1, 4, "warm-up")
-        alone = interactive(stack.url, model, args.clients, args.rounds, args.max_tokens, "alone")
+        model = served_model(stack.url)
+        interactive(stack.url, 2, 1, 4, "warm-up")
+        alone = interactive(stack.url, args.clients, args.rounds, args.max_tokens, "alone")
 
         t0 = time.perf_counter()
         state = wait(stack.url, start_batch(stack.url, model, args.lines, args.batch_max_tokens, "solo"),
@@ -104,7 +92,7 @@ def main() -> None:
         batch_id = start_batch(stack.url, model, args.lines, args.batch_max_tokens, "mixed")
         wait(stack.url, batch_id, ("in_progress",))
         time.sleep(3)  # let the batch fill the worker's slots
-        under = interactive(stack.url, model, args.clients, args.rounds, args.max_tokens, "under-batch")
+        under = interactive(stack.url, args.clients, args.rounds, args.max_tokens, "under-batch")
         progress = requests.get(f"{stack.url}/v1/batches/{batch_id}", timeout=30).json()["request_counts"]
         requests.post(f"{stack.url}/v1/batches/{batch_id}/cancel", timeout=30)
         ended = wait(stack.url, batch_id, ("cancelled", "completed"))

@@ -2,7 +2,7 @@
 `build_pipeline` on the source llmq's worker would serve (same scheduler, threads, precision,
 weights), behind a minimal OpenAI server. The benchmark's "same engine, no queue" baseline.
 
-    LLMQ_MODEL=embedded HF_HUB_OFFLINE=1 .venv/bin/python -m bench.openvino_server --port 8011
+    LLMQ_MODEL=embedded HF_HUB_OFFLINE=1 .venv/bin/python -m bench.harness.openvino_app --port 8011
 
 Settings come from LLMQ_* (LLMQ_DTYPE, LLMQ_KV_CACHE_MB, LLMQ_MAX_BATCH_SIZE, LLMQ_WEIGHTS, ...).
 Prompts are llmq's (`PromptBuilder`), text is llmq's (`IncrementalDetokenizer`). One thread owns

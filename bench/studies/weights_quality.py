@@ -1,7 +1,7 @@
 """How much each OpenVINO weight format changes a model's output, against a float reference.
 
-    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.weights_quality ~/.cache/llmq/models/SmolLM2-135M-Instruct
-    .venv/bin/python -m bench.weights_quality HF_DIR --formats fp16,int8,int4 --ir int8=/tmp/ovir/smol-int8
+    HF_HUB_OFFLINE=1 .venv/bin/python -m bench.studies.weights_quality ~/.cache/llmq/models/SmolLM2-135M-Instruct
+    .venv/bin/python -m bench.studies.weights_quality HF_DIR --formats fp16,int8,int4 --ir int8=/tmp/ovir/smol-int8
 
 For a model's Hugging Face folder it takes an OpenVINO IR per weight format (`--ir FMT=DIR`, or
 exported once into `--cache` with `.venv-export`'s optimum-cli, the flags the worker uses) and
@@ -46,7 +46,7 @@ import openvino_genai as ov_genai
 from worker.engine.openvino_engine import BLOCK_TOKENS, eos_token_ids, plugin_properties
 from worker.engine.openvino_model import EXPORT_FORMATS, run_exporter
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 # optimum-cli's arguments per format: the worker's own (optimum-intel 2.2 has no bf16 weight
 # format: the worker's "bf16" is fp16 weights, computed in bf16 on a CPU with native BF16)
 EXPORT_ARGS = {"fp32": ["--weight-format", "fp32"], "fp16": EXPORT_FORMATS["bf16"],

@@ -5,7 +5,7 @@ beside what a scaler on the broker queue's length (KEDA's Redis list scaler) wou
 One worker with a small batch, jobs submitted in steps (a ramp), then left to drain; every half
 second the API's /metrics is read and every outstanding job's status is looked up.
 
-    python -m bench.scaling_signal [--slots 4] [--steps 6] [--per-step 3]
+    python -m bench.studies.scaling_signal [--slots 4] [--steps 6] [--per-step 3]
 """
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from pathlib import Path
 import requests
 from prometheus_client.parser import text_string_to_metric_families
 
-from bench.stack import Stack
+from bench.harness.results import markdown_table
+from bench.harness.servers import Stack
 
 PROMPT = {"prompt": "1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", "max_tokens": 400, "temperature": 0, "cache": False}
 
@@ -74,11 +75,10 @@ def main() -> None:
             row = sample(stack.url, list(jobs), args.slots)
             rows.append({"t": round(time.monotonic() - started, 1), **row})
             time.sleep(0.5)
-        print("| t (s) | queued | running | desired (true) | llmq_model_desired_workers | broker list | list scaler |")
-        print("|---|---|---|---|---|---|---|")
-        for r in rows[::2]:
-            print(f"| {r['t']} | {r['queued']} | {r['running']} | {r['desired_true']} | {r['desired']} | "
-                  f"{r['list']} | {r['list_scaler']} |")
+        print(markdown_table(["t (s)", "queued", "running", "desired (true)", "llmq_model_desired_workers",
+                              "broker list", "list scaler"],
+                             [[r["t"], r["queued"], r["running"], r["desired_true"], r["desired"], r["list"],
+                               r["list_scaler"]] for r in rows[::2]]))
         busy = [r for r in rows if r["queued"] + r["running"]]
         exact = sum(r["desired"] == r["desired_true"] for r in busy)
         under = sum(r["list_scaler"] < r["desired_true"] for r in busy)
