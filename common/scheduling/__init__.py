@@ -9,6 +9,8 @@
   the count of free slots each worker keeps in Redis for the others' picks.
 - `picker.py`: a worker's side of the pick: the waits for batch room and for a prefix's holder,
   spare tickets, and the preemption watcher (the job runner calls it).
+- `stranded.py`: spare tickets for queued jobs whose own ticket was lost (a failover, a crash
+  between a job's creation and its ticket).
 - `placement.py`: which catalog models a worker loads and unloads, as a pure decision
   (worker/held_models.py gathers the state and carries it out).
 """
