@@ -20,11 +20,12 @@ from typing import Any, NamedTuple, TypeVar
 import redis
 
 from common.counters import Counters
-from common.fair_queue import FairQueue, fair_place
+from common.fair_queue import LEVELS, FairQueue, fair_place, position_when_enqueued
 from common.job_record import decode_record, encode_fields, encode_mapping
 from common.keys import Keys
 from common.lua import script
 from common.schemas import PRIORITY_LEVELS, JobStatus
+from common.tickets import Ticket
 from common.token_log import TokenLog
 
 E = TypeVar("E", bound=enum.Enum)
@@ -42,6 +43,13 @@ class Claimed(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
+
+
+class Created(NamedTuple):
+    """A job `JobStore.create` inserted: its record as written, and the queued jobs that will
+    start before it (when asked for)."""
+    record: dict[str, Any]
+    ahead: int | None
 
 
 class Claim(NamedTuple):
@@ -83,29 +91,38 @@ class JobStore:
 
     # --- lifecycle -----------------------------------------------------------------------
     def create(self, job_id: str, fields: dict[str, Any], queue_limit: int, weight: float = 1.0,
-               digest: str | None = None, queued_key: str | None = None) -> bool:
+               digest: str | None = None, queued_key: str | None = None, ticket: Ticket | None = None,
+               place: bool = False) -> Created | None:
         """Insert a queued job, in its key's fair-queue list, unless `queue_limit` queued jobs
-        already wait. False when full. The key's `weight` sets its fair share (see
+        already wait (None: full). The key's `weight` sets its fair share (see
         common/fair_queue.py). With a request `digest` the job becomes the one identical
         requests attach to (`attach`). A `queue_deadline` field also indexes the job for the
-        expiry sweep (first, so no queued job is ever missing from the index; an index entry
-        without a job is dropped by the sweep). `queued_key` files the job in another queued set
-        than the interactive one whose size is the admission bound (a batch's lines)."""
-        now = fields.get("created_at", time.time())
-        if fields.get("queue_deadline"):
-            self.r.zadd(self.keys.deadlines, {job_id: fields["queue_deadline"]})
+        expiry sweep. `queued_key` files the job in another queued set than the interactive one
+        whose size is the admission bound (a batch's lines). All in one step (one Lua call), with
+        the job's `ticket` pushed to the broker when given, and, with `place`, the jobs ahead of
+        it read as they stand (`Created.ahead`)."""
         level = PRIORITY_LEVELS[fields.get("priority") or "normal"]
-        place = fair_place(self.keys, fields.get("queue") or "default", level, fields.get("owner"), weight)
-        fields = {**fields, "fair_list": place.jobs, "fair_owner": place.owner, "priority_level": level}
-        result = self._create(
-            keys=[self.keys.job(job_id), queued_key or self.keys.queued, place.owners, place.jobs, place.meta,
-                  self.keys.inflight(digest or "")],
-            args=[queue_limit, now, job_id, self.job_ttl_s, place.owner, place.cost,
-                  "1" if digest else "0", *encode_fields(fields)],
+        queue = fields.get("queue") or "default"
+        place_at = fair_place(self.keys, queue, level, fields.get("owner"), weight)
+        fields = {**fields, "fair_list": place_at.jobs, "fair_owner": place_at.owner, "priority_level": level}
+        read = [lv for lv in LEVELS if lv <= level] if place else []
+        encoded = encode_fields(fields)
+        reply = self._create(
+            keys=[self.keys.job(job_id), queued_key or self.keys.queued, place_at.owners, place_at.jobs,
+                  place_at.meta, self.keys.inflight(digest or ""), self.keys.deadlines,
+                  ticket.list_key if ticket else "",
+                  *(key for lv in read for key in (self.keys.fair_owners(queue, lv), self.keys.fair_meta(queue, lv)))],
+            args=[queue_limit, fields.get("created_at", time.time()), job_id, self.job_ttl_s, place_at.owner,
+                  place_at.cost, "1" if digest else "0", fields.get("queue_deadline") or "",
+                  ticket.message if ticket else "", len(read),
+                  *(self.keys.fair_jobs(queue, lv, "") for lv in read), *encoded],
         )
-        if result == -1:
+        if reply[0] == -1:
             raise ValueError(f"job {job_id} exists")
-        return result == 1
+        if reply[0] == 0:
+            return None
+        record = decode_record(dict(zip(encoded[::2], encoded[1::2])))  # as written: no read back
+        return Created(record, position_when_enqueued(record, reply[1], reply[2:]) if place else None)
 
     def attach(self, job_id: str, fields: dict[str, Any], digest: str) -> str | None:
         """Create this job as a follower of the queued or running job generating the same

@@ -28,3 +28,12 @@ local function fair_remove(job_key, job_id)
   local list = redis.call('HGET', job_key, 'fair_list')
   if list then redis.call('LREM', list, 0, job_id) end
 end
+
+-- One level as it stands (common/fair_queue.py's `_Level`): {owner, start tag, ...}, each
+-- owner's number of queued jobs, the level's meta hash {field, value, ...}.
+local function fair_snapshot(owners, meta, list_prefix)
+  local tags = redis.call('ZRANGE', owners, 0, -1, 'WITHSCORES')
+  local lengths = {}
+  for i = 1, #tags, 2 do table.insert(lengths, redis.call('LLEN', list_prefix .. tags[i])) end
+  return {tags, lengths, redis.call('HGETALL', meta)}
+end
