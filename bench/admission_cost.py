@@ -23,8 +23,11 @@ from kombu import Producer
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from api import create_app  # noqa: E402
+from api.eta import queue_eta  # noqa: E402
+from common.schemas import JobRequest  # noqa: E402
 from common.settings import get_settings  # noqa: E402
 
+WARMUP = 20
 _calls = {"round_trips": 0, "publishes": 0}
 
 
@@ -38,19 +41,37 @@ def _count(cls, name: str, counter: str) -> None:
     setattr(cls, name, counted)
 
 
-def measure(client, count: int, warmup: int = 20) -> dict:
-    def post(i: int) -> None:
-        body = {"messages": [{"role": "user", "content": f"Question {uuid.uuid4().hex} number {i}?"}],
-                "max_tokens": 16, "cache": False}
-        resp = client.post("/v1/jobs", json=body)
-        assert resp.status_code in (200, 202), resp.get_data(as_text=True)
+def body(i: int) -> dict:
+    return {"messages": [{"role": "user", "content": f"Question {uuid.uuid4().hex} number {i}?"}],
+            "max_tokens": 16, "cache": False}
 
-    for i in range(warmup):
-        post(i)
+
+def whole_requests(app, count: int) -> dict:
+    client = app.test_client()
+
+    def post(i: int) -> None:
+        resp = client.post("/v1/jobs", json=body(i))
+        assert resp.status_code == 202, resp.get_data(as_text=True)
+    return {"what": "POST /v1/jobs, whole", **measure(post, count)}
+
+
+def admissions(app, count: int) -> dict:
+    svc = app.extensions["llmq"]
+    requests = [JobRequest.model_validate(body(i)) for i in range(count + WARMUP)]
+
+    def admit(i: int) -> None:
+        status, record, ahead = svc.admission.submit(requests[i], owner=None, priority="normal", place=True)
+        assert status == 202 and "queue_position" in queue_eta(svc, record, ahead)
+    return {"what": "admission alone", **measure(admit, count)}
+
+
+def measure(one, count: int) -> dict:
+    for i in range(WARMUP):
+        one(i)
     _calls.update(round_trips=0, publishes=0)
     cpu, wall = time.process_time(), time.perf_counter()
-    for i in range(count):
-        post(i)
+    for i in range(WARMUP, WARMUP + count):
+        one(i)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
     return {"requests": count, "cpu_ms_per_request": round(1000 * cpu / count, 3),
             "wall_ms_per_request": round(1000 * wall / count, 3),
@@ -67,9 +88,10 @@ def main() -> None:
         "allow_download": False})
     _count(redis.connection.AbstractConnection, "send_packed_command", "round_trips")
     _count(Producer, "publish", "publishes")
-    client = create_app(settings).test_client()
+    app = create_app(settings)
     try:
-        print(json.dumps(measure(client, args.requests)), flush=True)
+        print(json.dumps(whole_requests(app, args.requests)), flush=True)
+        print(json.dumps(admissions(app, args.requests)), flush=True)
     finally:
         r = redis.Redis.from_url(settings.redis_url)
         for key in r.scan_iter(f"{settings.namespace}*", count=1000):
