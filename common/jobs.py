@@ -115,7 +115,7 @@ class JobStore:
             args=[queue_limit, fields.get("created_at", time.time()), job_id, self.job_ttl_s, place_at.owner,
                   place_at.cost, "1" if digest else "0", fields.get("queue_deadline") or "",
                   ticket.message if ticket else "", len(read),
-                  *(self.keys.fair_jobs(queue, lv, "") for lv in read), *encoded],
+                  *(self.keys.fair_jobs(queue, lv, "") for lv in read), json.dumps(encoded)],
         )
         if reply[0] == -1:
             raise ValueError(f"job {job_id} exists")
