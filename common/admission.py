@@ -18,7 +18,7 @@ from typing import ContextManager, NamedTuple
 
 from common.catalog import Catalog
 from common.errors import ApiError
-from common.jobs import Created
+from common.new_jobs import Created, NewJob
 from common.eta import WorkerLoad, retry_after
 from common.models import ModelRef, ModelUnavailable
 from common.offload import off_the_loop
@@ -176,20 +176,29 @@ class Admission:
         (an interactive request must not wait at batch priority). Idempotent: a job that exists is
         left as it is, except that a queued one gets a spare ticket (harmless: a ticket that finds
         nothing to run does nothing)."""
-        record = self.store.get(job_id)
-        if record is not None:
-            if record.get("status") == JobStatus.QUEUED and not record.get("coalesced_into"):
-                self.send_spare_ticket(record)
-            return
-        fields = {**fields, "id": job_id, "created_at": time.time(), "priority": "batch"}
-        if self._answer_from_cache(fields, digest) is not None:
-            return
-        fields.update(status=JobStatus.QUEUED, cache_key=digest, queue_deadline=deadline,
-                      run_timeout_s=self.settings.run_timeout_s or None)
-        if digest and self.settings.coalesce and self.store.attach(job_id, fields, digest):
-            return
-        self.store.create(job_id, fields, 0, weight=weight, queued_key=queued_key,
-                          ticket=self.tickets.for_job(job_id, fields["model"], fields["queue"], spare=True))
+        self.admit_batch_lines([(job_id, fields, digest)], weight=weight, queued_key=queued_key, deadline=deadline)
+
+    def admit_batch_lines(self, lines: list[tuple[str, dict, str | None]], *,
+                          weight: float, queued_key: str, deadline: float) -> None:
+        """`admit_batch_line` of each (job id, fields, digest), as a burst: the lines' records are
+        read in one round trip and the new jobs created, with their tickets, in one more."""
+        new: list[NewJob] = []
+        for (job_id, fields, digest), record in zip(lines, self.store.get_many([line[0] for line in lines])):
+            if record is not None:
+                if record.get("status") == JobStatus.QUEUED and not record.get("coalesced_into"):
+                    self.send_spare_ticket(record)
+                continue
+            fields = {**fields, "id": job_id, "created_at": time.time(), "priority": "batch"}
+            if self._answer_from_cache(fields, digest) is not None:
+                continue
+            fields.update(status=JobStatus.QUEUED, cache_key=digest, queue_deadline=deadline,
+                          run_timeout_s=self.settings.run_timeout_s or None)
+            if digest and self.settings.coalesce and self.store.attach(job_id, fields, digest):
+                continue
+            ticket = self.tickets.for_job(job_id, fields["model"], fields["queue"], spare=True)
+            new.append(NewJob(job_id, fields, weight, ticket=ticket))
+        if new:
+            self.store.create_many(new, 0, queued_key)
 
     def send_spare_ticket(self, record: dict) -> None:
         """One more ticket for a queued job's model queue (a spare one: see `Tickets.for_job`)."""

@@ -20,11 +20,12 @@ from typing import Any, NamedTuple, TypeVar
 import redis
 
 from common.counters import Counters
-from common.fair_queue import LEVELS, FairQueue, fair_place, position_when_enqueued
+from common.fair_queue import FairQueue
 from common.job_record import decode_record, encode_fields, encode_mapping
 from common.keys import Keys
 from common.lua import script
-from common.schemas import PRIORITY_LEVELS, JobStatus
+from common.new_jobs import Created, NewJob, create_call, created
+from common.schemas import JobStatus
 from common.tickets import Ticket
 from common.token_log import TokenLog
 
@@ -43,13 +44,6 @@ class Claimed(str, enum.Enum):
 
     def __str__(self) -> str:
         return self.value
-
-
-class Created(NamedTuple):
-    """A job `JobStore.create` inserted: its record as written, and the queued jobs that will
-    start before it (when asked for)."""
-    record: dict[str, Any]
-    ahead: int | None
 
 
 class Claim(NamedTuple):
@@ -101,28 +95,18 @@ class JobStore:
         whose size is the admission bound (a batch's lines). All in one step (one Lua call), with
         the job's `ticket` pushed to the broker when given, and, with `place`, the jobs ahead of
         it read as they stand (`Created.ahead`)."""
-        level = PRIORITY_LEVELS[fields.get("priority") or "normal"]
-        queue = fields.get("queue") or "default"
-        place_at = fair_place(self.keys, queue, level, fields.get("owner"), weight)
-        fields = {**fields, "fair_list": place_at.jobs, "fair_owner": place_at.owner, "priority_level": level}
-        read = [lv for lv in LEVELS if lv <= level] if place else []
-        encoded = encode_fields(fields)
-        reply = self._create(
-            keys=[self.keys.job(job_id), queued_key or self.keys.queued, place_at.owners, place_at.jobs,
-                  place_at.meta, self.keys.inflight(digest or ""), self.keys.deadlines,
-                  ticket.list_key if ticket else "",
-                  *(key for lv in read for key in (self.keys.fair_owners(queue, lv), self.keys.fair_meta(queue, lv)))],
-            args=[queue_limit, fields.get("created_at", time.time()), job_id, self.job_ttl_s, place_at.owner,
-                  place_at.cost, "1" if digest else "0", fields.get("queue_deadline") or "",
-                  ticket.message if ticket else "", len(read),
-                  *(self.keys.fair_jobs(queue, lv, "") for lv in read), json.dumps(encoded)],
-        )
-        if reply[0] == -1:
-            raise ValueError(f"job {job_id} exists")
-        if reply[0] == 0:
-            return None
-        record = decode_record(dict(zip(encoded[::2], encoded[1::2])))  # as written: no read back
-        return Created(record, position_when_enqueued(record, reply[1], reply[2:]) if place else None)
+        call = create_call(self.keys, self.job_ttl_s, NewJob(job_id, fields, weight, digest, ticket), queue_limit,
+                           queued_key, place)
+        return created(call, self._create(keys=call.keys, args=call.args))
+
+    def create_many(self, jobs: list[NewJob], queue_limit: int, queued_key: str | None = None) -> list[Created | None]:
+        """`create` of each job, in order, in one pipeline: a burst (a batch's lines) in one
+        round trip, or two when Redis must first be told the script."""
+        calls = [create_call(self.keys, self.job_ttl_s, job, queue_limit, queued_key, False) for job in jobs]
+        pipe = self.r.pipeline(transaction=False)
+        for call in calls:
+            self._create(keys=call.keys, args=call.args, client=pipe)
+        return [created(call, reply) for call, reply in zip(calls, pipe.execute())]
 
     def attach(self, job_id: str, fields: dict[str, Any], digest: str) -> str | None:
         """Create this job as a follower of the queued or running job generating the same
