@@ -50,6 +50,8 @@ class Tickets:
             argsrepr=options.get("argsrepr", repr(args)), kwargsrepr=options.get("kwargsrepr", "{}"))
         properties.update(delivery_mode=2, priority=0, body_encoding="base64", delivery_tag=str(uuid.uuid4()),
                           delivery_info={"exchange": "", "routing_key": queue})
+        # send_task's options that kombu does not know become message properties: the hidden reprs
+        properties.update((name, options[name]) for name in ("argsrepr", "kwargsrepr") if name in options)
         message = {"body": base64.b64encode(json.dumps(body).encode()).decode(), "content-encoding": "utf-8",
                    "content-type": "application/json", "headers": headers, "properties": properties}
         return Ticket(self.keys.broker_lists(queue)[0], json.dumps(message))
