@@ -18,9 +18,9 @@ from typing import ContextManager, NamedTuple
 
 from common.catalog import Catalog
 from common.errors import ApiError
-from common.new_jobs import Created, NewJob
 from common.eta import WorkerLoad, retry_after
 from common.models import ModelRef, ModelUnavailable
+from common.new_jobs import Created, NewJob
 from common.offload import off_the_loop
 from common.prefix_affinity import prefix_blocks
 from common.prompting import PromptBuilder, TemplateError
