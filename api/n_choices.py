@@ -82,7 +82,7 @@ def _submit_all(svc: Services, req: JobRequest, n: int) -> list[dict]:
     records: list[dict] = []
     try:
         for index in range(n):
-            records.append(submit_job(svc, sibling(req, index))[1])
+            records.append(submit_job(svc, sibling(req, index)).record)
     except Exception:
         _cancel_all(svc, records)
         raise

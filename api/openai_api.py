@@ -64,7 +64,7 @@ def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest)
         return complete_choices(surface, body)
     svc = services()
     with svc.streams.acquire(current_key()).guard() as slot:
-        _, record = submit_job(svc, body.job_request())
+        record = submit_job(svc, body.job_request()).record
         if body.stream:
             return _stream_response(svc, surface, record, body.include_usage, slot)
     try:

@@ -12,19 +12,18 @@ import os
 import socket
 import threading
 import time
-import uuid
 from collections.abc import Callable
 
 import redis
 import torch
 
 from common.catalog import CatalogModel
-from common.celery_app import TASK_TICKET
 from common.models import ModelRef
 from common.scheduling.free_slots import FreeSlots
 from common.scheduling.stranded import StrandedJobs
 from common.settings import Settings
 from common.stores import Stores
+from common.tickets import Tickets
 from worker.engine.loop import EngineLoop
 from worker.engine.registry import build_engine
 from worker.tuning import resolve as resolve_engine
@@ -151,7 +150,8 @@ class WorkerRuntime:
         the model's queue (a preempted batch line, a job whose ticket was lost). A ticket that finds
         nothing to run does nothing."""
         queue = self.queue if worker is None else self.keys.worker_queue(self.queue, worker)
-        self.stores.celery.send_task(TASK_TICKET, args=["", self.model.name], queue=queue, task_id=uuid.uuid4().hex)
+        ticket = Tickets(self.settings, self.keys, self.stores.celery).for_job("", self.model.name, queue, spare=True)
+        self.redis.lpush(ticket.list_key, ticket.message)
 
     def _rescue_stranded_jobs(self) -> None:
         """Spare tickets for queued jobs whose own ticket was lost (common/scheduling/stranded.py)."""

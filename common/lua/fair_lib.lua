@@ -41,3 +41,12 @@ local function fair_advance(owners, meta, owner, tag, list)
   end
   redis.call('HSET', meta, 'clock', tag)
 end
+
+-- One level as it stands (common/scheduling/fair_queue.py's `_Level`): {owner, start tag, ...}, each
+-- owner's number of queued jobs, the level's meta hash {field, value, ...}.
+local function fair_snapshot(owners, meta, list_prefix)
+  local tags = redis.call('ZRANGE', owners, 0, -1, 'WITHSCORES')
+  local lengths = {}
+  for i = 1, #tags, 2 do table.insert(lengths, redis.call('LLEN', list_prefix .. tags[i])) end
+  return {tags, lengths, redis.call('HGETALL', meta)}
+end

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -160,30 +161,13 @@ class FairQueue:
         that are not queued are left out."""
         indexes = self._indexes(records)
         levels: dict[tuple[str, int], _Level] = {}
-        found: dict[str, int] = {}
-        for record in records:
-            index = indexes.get(record["id"])
-            if index is None:
-                continue
-            queue, level = record["queue"], int(record["priority_level"])
-            ahead = index
-            for other_level in LEVELS:
-                if other_level > level:
-                    break
-                if (queue, other_level) not in levels:
-                    levels[queue, other_level] = self._level(queue, other_level)
-                snapshot = levels[queue, other_level]
-                if other_level < level:
-                    ahead += sum(snapshot.lengths.values())
-                    continue
-                mine = record.get("fair_owner") or ANONYMOUS
-                if mine in snapshot.tags:
-                    my_tag = snapshot.tags[mine] + index * snapshot.cost(mine)
-                    ahead += sum(_served_before(my_tag, mine, tag, snapshot.cost(owner), owner,
-                                                snapshot.lengths[owner])
-                                 for owner, tag in snapshot.tags.items() if owner != mine)
-            found[record["id"]] = ahead
-        return found
+
+        def level_of(queue: str, level: int) -> _Level:
+            if (queue, level) not in levels:
+                levels[queue, level] = self._level(queue, level)
+            return levels[queue, level]
+        return {record["id"]: _ahead(record, indexes[record["id"]], level_of)
+                for record in records if record["id"] in indexes}
 
     def _indexes(self, records: list[dict]) -> dict[str, int]:
         """Each queued job's index in its key's list. A list with many of the jobs is read whole
@@ -218,6 +202,34 @@ class FairQueue:
         *lengths, meta = pipe.execute()
         return _Level(dict(owners), dict(zip((o for o, _ in owners), lengths)), meta)
 
+def _ahead(record: dict, index: int, level_of: Callable[[str, int], "_Level"]) -> int:
+    """`FairQueue.position` of a queued job at `index` in its key's list, from the snapshot of
+    each level (`level_of(queue, level)`) up to its own."""
+    queue, level = record["queue"], int(record["priority_level"])
+    ahead = index
+    for other_level in LEVELS:
+        if other_level > level:
+            break
+        snapshot = level_of(queue, other_level)
+        if other_level < level:
+            ahead += sum(snapshot.lengths.values())
+            continue
+        mine = record.get("fair_owner") or ANONYMOUS
+        if mine in snapshot.tags:
+            my_tag = snapshot.tags[mine] + index * snapshot.cost(mine)
+            ahead += sum(_served_before(my_tag, mine, tag, snapshot.cost(owner), owner, snapshot.lengths[owner])
+                         for owner, tag in snapshot.tags.items() if owner != mine)
+    return ahead
+
+
+def position_when_enqueued(record: dict, index: int, levels: list) -> int:
+    """`FairQueue.position` of a job just enqueued at `index` in its key's list, from the levels
+    its creation read in the same step (common/lua/job_create.lua: `fair_snapshot` of each level
+    up to its own, highest first)."""
+    snapshots = dict(zip(LEVELS, map(_Level.from_script, levels)))
+    return _ahead(record, index, lambda queue, level: snapshots[level])
+
+
 _LOOKUPS_PER_LIST = 8  # more of a list's jobs than this at once: read the list whole
 
 
@@ -228,6 +240,14 @@ class _Level:
     tags: dict[str, float]
     lengths: dict[str, int]
     meta: dict[str, str]
+
+    @classmethod
+    def from_script(cls, reply: list) -> "_Level":
+        """A level as a Lua script read it (`fair_snapshot` in common/lua/fair_lib.lua)."""
+        tags, lengths, meta = reply
+        owners = tags[::2]
+        return cls(dict(zip(owners, map(float, tags[1::2]))), dict(zip(owners, lengths)),
+                   dict(zip(meta[::2], meta[1::2])))
 
     def cost(self, owner: str) -> float:
         return float(self.meta.get(f"cost:{owner}", 1.0))

@@ -115,8 +115,8 @@ def test_a_job_whose_ticket_was_lost_is_still_run(live_api, stack_app, monkeypat
     it, an API process that died before sending it) is not left queued until its deadline: a
     worker with free slots sees a waiting job and no ticket, twice in a row, and sends a spare
     one (common/scheduling/stranded.py)."""
-    admission = stack_app.extensions["llmq"].admission
-    monkeypatch.setattr(admission, "_send_ticket", lambda *args, **kwargs: None)  # the ticket is lost
+    tickets = stack_app.extensions["llmq"].admission.tickets
+    monkeypatch.setattr(tickets, "for_job", lambda *args, **kwargs: None)  # the job is created without one
     job_id = submit(live_api, prompt="Say hello.", max_tokens=4)["id"]
     monkeypatch.undo()
     job = wait_for_job(live_api, job_id, timeout=60)

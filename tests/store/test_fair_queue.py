@@ -6,6 +6,7 @@ import uuid
 
 import pytest
 
+from common.new_jobs import NewJob
 from tests.support.settings import fresh_namespace
 
 QUEUE = "q"
@@ -128,3 +129,26 @@ def test_a_worker_without_batch_room_leaves_batch_lines_queued_but_takes_interac
     assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=0)[:3] == (urgent, "picked", "low")
     assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=1)[:3] == (line, "picked", "batch")
     assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=0) is None  # nothing waits
+
+
+def test_the_place_read_when_a_job_is_created_is_its_queue_position(store):
+    """Admission reads a new job's place in the same Lua call that creates it: the same number
+    `queue_position` computes later, across priorities, keys, weights and picks."""
+    rng = random.Random(7)
+    for n in range(120):
+        job_id = uuid.uuid4().hex
+        created = store.create(job_id, {"id": job_id, "status": "queued", "model": "m", "queue": QUEUE,
+                                        "created_at": time.time(), "owner": rng.choice([None, "a", "b", "c"]),
+                                        "priority": rng.choice(["high", "normal", "low", "batch"])},
+                               queue_limit=0, weight=rng.choice([1.0, 2.0]), place=True)
+        assert created.ahead == position(store, job_id)
+        if n % 5 == 0:
+            pick(store)
+
+
+def test_a_burst_of_jobs_is_created_in_order(store):
+    ids = [uuid.uuid4().hex for _ in range(5)]
+    created = store.create_many([NewJob(job_id, {"id": job_id, "status": "queued", "model": "m", "queue": QUEUE,
+                                                 "created_at": time.time()}) for job_id in ids], queue_limit=0)
+    assert [c.record["id"] for c in created] == ids
+    assert [pick(store) for _ in ids] == ids
