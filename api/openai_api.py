@@ -19,8 +19,8 @@ from api.job_answers import (cancel_after_disconnect, job_error, log_events, ope
 from common.errors import ApiError
 from api.jobs import json_body
 from common.demand import model_state
-from common.openai_format import (Surface, error_body, sse_data, tool_call_delta, tool_calling,
-                                  tool_calls_reason)
+from common.openai_format import (StreamChunks, Surface, error_body, sse_data, tool_call_delta,
+                                  tool_calling, tool_calls_reason)
 from common.tool_parser import TextPiece, ToolCallStream
 from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
@@ -91,21 +91,21 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
     comment (`: queued {"queue_position": 3, ...}`), which OpenAI clients skip. Leaving before
     the end (the client disconnected: Flask closes this generator) cancels the job when
     `cancel_on_disconnect` is set."""
-    extra = {"usage": None} if include_usage else {}
+    chunks = surface.stream(record, include_usage)
     calling = tool_calling(record) if surface.chat else None
     calls = ToolCallStream(record["id"], calling) if calling else None
     finished = False
     try:
         # the first bytes go out at once, so the client knows its stream is open however long it waits
-        yield sse_data({**surface.chunk(record, role=True), **extra}) if surface.chat else ": open\n\n"
+        yield sse_data(chunks.role()) if surface.chat else ": open\n\n"
         with contextlib.closing(log_events(svc, record["id"])) as events:
             for event, data in events:
                 if event == "comment":
                     yield data
                 elif event == "chunk" and calls:
-                    yield from _tool_chunks(surface, record, calls.feed(data["text"]), extra)
+                    yield from _tool_chunks(chunks, calls.feed(data["text"]))
                 elif event == "chunk":
-                    yield sse_data({**surface.chunk(record, text=data["text"]), **extra})
+                    yield sse_data(chunks.text(data["text"]))
                 elif event == "restart":  # a lost worker's job not continued: sent chunks stay sent
                     yield sse_data(error_body(500, "the worker running this job was lost; "
                                                    "retry the request", "worker_lost"))
@@ -113,10 +113,10 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
                 elif event == "done":
                     finished = True
                     if calls:
-                        yield from _tool_chunks(surface, record, calls.finish(), extra)
+                        yield from _tool_chunks(chunks, calls.finish())
                         data = {**data, "finish_reason": tool_calls_reason(data["finish_reason"])
                                 if calls.calls else data["finish_reason"]}
-                    yield from _stream_end(surface, record, data, include_usage, extra)
+                    yield from _stream_end(chunks, record, data, include_usage)
                     return
     finally:
         if not finished and svc.settings.cancel_on_disconnect:
@@ -126,21 +126,21 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
 
 
 
-def _tool_chunks(surface: Surface, record: dict, events: list, extra: dict) -> Iterator[str]:
+def _tool_chunks(chunks: StreamChunks, events: list) -> Iterator[str]:
     """The chunks of a tool-offering job's stream: its text as content, its calls as
     `tool_calls` deltas (common/tool_parser.py)."""
     for event in events:
         if isinstance(event, TextPiece):
-            yield sse_data({**surface.chunk(record, text=event.text), **extra})
+            yield sse_data(chunks.text(event.text))
         elif (delta := tool_call_delta(event)) is not None:
-            yield sse_data({**surface.chunk(record, tool_call=delta), **extra})
+            yield sse_data(chunks.tool_call(delta))
 
 
-def _stream_end(surface: Surface, record: dict, done: dict, include_usage: bool, extra: dict):
+def _stream_end(chunks: StreamChunks, record: dict, done: dict, include_usage: bool):
     if done["status"] == JobStatus.SUCCEEDED:
-        yield sse_data({**surface.chunk(record, finish_reason=done["finish_reason"]), **extra})
+        yield sse_data(chunks.end(done["finish_reason"]))
         if include_usage:
-            yield sse_data(surface.usage_chunk(record, done["usage"]))
+            yield sse_data(chunks.usage(done["usage"]))
     else:
         error = job_error({**record, **done})
         yield sse_data(error_body(error.status, error.message, error.type))

@@ -14,7 +14,7 @@ from pydantic import BaseModel, Field
 from pydantic.json_schema import SkipJsonSchema, models_json_schema
 
 from api import openapi_openai
-from api.openapi_models import Usage
+from common.openai_models import Usage
 from api.services import services
 from common.logprobs import TOP_NEEDS_LOGPROBS
 from common.schemas import FinishReason, JobRequest, JobStatus
