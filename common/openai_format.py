@@ -52,7 +52,7 @@ class Surface:
         return StreamChunks(self, record, include_usage, index)
 
 
-_TEXT_SLOT, _LOGPROBS_SLOT = json.dumps("\x00text\x00"), json.dumps("\x00logprobs\x00")
+_TEXT, _LOGPROBS = "\x00text\x00", "\x00logprobs\x00"  # where a text chunk's values go
 
 
 class StreamChunks:
@@ -68,10 +68,10 @@ class StreamChunks:
                       "object": "chat.completion.chunk" if surface.chat else "text_completion",
                       "created": int(record["created_at"]), "model": record["model"]}
         self._usage = {"usage": None} if include_usage else {}
-        template = self._chunk(text=json.loads(_TEXT_SLOT))
-        template["choices"][0]["logprobs"] = json.loads(_LOGPROBS_SLOT)
-        before, rest = json.dumps(template).split(_TEXT_SLOT)
-        self._text_parts = (before, *rest.split(_LOGPROBS_SLOT))
+        template = self._chunk(text=_TEXT)
+        template["choices"][0]["logprobs"] = _LOGPROBS
+        before, rest = json.dumps(template).split(json.dumps(_TEXT))
+        self._text_parts = (before, *rest.split(json.dumps(_LOGPROBS)))
 
     def text(self, text: str, logprobs: dict | None = None) -> str:
         """New text (with its tokens' logprobs in this surface's shape, when asked for)."""
