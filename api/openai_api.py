@@ -22,6 +22,7 @@ from common.demand import model_state
 from common.openai_format import (StreamChunks, Surface, error_body, sse_data, tool_call_delta,
                                   tool_calling, tool_calls_reason)
 from common.tool_parser import TextPiece, ToolCallStream
+from common.openai_models import Model, ModelList
 from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
 from api.sse import streaming_response
@@ -46,15 +47,15 @@ def completions():
 
 @bp.get("/models")
 def list_models():
-    return jsonify({"object": "list", "data": _model_cards(services())})
+    return jsonify(ModelList(object="list", data=_model_cards(services())).model_dump())
 
 
 @bp.get("/models/<path:model>")
 def get_model(model: str):
-    card = next((c for c in _model_cards(services()) if c["id"] == model), None)
+    card = next((c for c in _model_cards(services()) if c.id == model), None)
     if card is None:
         raise ApiError(404, "model_not_found", f"model {model!r} is not served here", param="model")
-    return jsonify(card)
+    return jsonify(card.model_dump())
 
 
 def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest) -> Response:
@@ -153,11 +154,11 @@ def _stream_end(chunks: StreamChunks, record: dict, done: dict, include_usage: b
 
 
 
-def _model_cards(svc: Services) -> list[dict]:
+def _model_cards(svc: Services) -> list[Model]:
     """OpenAI's model objects for every catalog model (and any a live worker serves), each with
     an `llmq` field OpenAI clients ignore: whether it is loaded, who holds it, its jobs."""
     workers = svc.registry.live()
-    return [{"id": d.model, "object": "model", "created": 0, "owned_by": "llmq", "llmq": model_state(d, workers)}
+    return [Model(id=d.model, object="model", created=0, owned_by="llmq", llmq=model_state(d, workers))
             for d in svc.model_demands(workers)]
 
 
