@@ -65,9 +65,7 @@ def job_view(record: dict, webhook: dict | None = None, place: dict | None = Non
         optional["logprobs"] = record["logprobs"]
     calling = tool_calling(record)
     if calling and JobStatus(record["status"]).terminal:
-        optional["tool_calls"] = [ToolCall(id=c.call_id, type="function",
-                                           function={"name": c.name, "arguments": c.arguments})
-                                  for c in read_calls(job_id, calling, record.get("text", ""))[1]]
+        optional["tool_calls"] = [ToolCall.of(call) for call in read_calls(job_id, calling, record.get("text", ""))[1]]
     if webhook is not None:
         optional["webhook"] = webhook
     job = Job(

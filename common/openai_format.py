@@ -37,15 +37,14 @@ class Surface:
         logprobs = choice_logprobs(self.chat, record.get("logprobs"))
         if not self.chat:
             return TextChoice(index=index, text=text, logprobs=logprobs, finish_reason=reason)
-        message = AssistantMessage(role="assistant", content=text, refusal=None)
+        message = {"role": "assistant", "content": text, "refusal": None}
         calling = tool_calling(record)
         if calling:
-            content, calls = read_calls(record["id"], calling, text)
-            message = AssistantMessage(role="assistant", content=content, refusal=None, **({"tool_calls": [
-                ToolCall(id=c.call_id, type="function", function={"name": c.name, "arguments": c.arguments})
-                for c in calls]} if calls else {}))
-            reason = tool_calls_reason(reason) if calls else reason
-        return ChatChoice(index=index, message=message, logprobs=logprobs, finish_reason=reason)
+            message["content"], calls = read_calls(record["id"], calling, text)
+            if calls:  # left out (not null) without calls
+                message["tool_calls"] = [ToolCall.of(call) for call in calls]
+                reason = tool_calls_reason(reason)
+        return ChatChoice(index=index, message=AssistantMessage(**message), logprobs=logprobs, finish_reason=reason)
 
     def stream(self, record: dict, include_usage: bool, index: int = 0) -> "StreamChunks":
         """The `data:` payloads of the stream of choice `index` of the job in `record`."""

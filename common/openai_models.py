@@ -65,6 +65,11 @@ class ToolCall(BaseModel):
     type: Literal["function"]
     function: CalledFunction
 
+    @classmethod
+    def of(cls, call) -> "ToolCall":
+        """A call read from a job's text (common/tool_parser.ToolCall)."""
+        return cls(id=call.call_id, type="function", function=CalledFunction(name=call.name, arguments=call.arguments))
+
 
 class AssistantMessage(BaseModel):
     role: Literal["assistant"]
