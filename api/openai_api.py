@@ -19,8 +19,8 @@ from api.job_answers import (cancel_after_disconnect, job_error, log_events, ope
 from common.errors import ApiError
 from api.jobs import json_body
 from common.demand import model_state
-from common.openai_format import (StreamChunks, Surface, error_body, sse_data, tool_call_delta,
-                                  tool_calling, tool_calls_reason)
+from common.openai_format import (StreamChunks, Surface, error_body, sse_data, tool_calling,
+                                  tool_calls_reason)
 from common.tool_parser import TextPiece, ToolCallStream
 from common.openai_models import Model, ModelList
 from common.openai_schemas import ChatCompletionRequest, CompletionRequest
@@ -133,8 +133,8 @@ def _tool_chunks(chunks: StreamChunks, events: list) -> Iterator[str]:
     for event in events:
         if isinstance(event, TextPiece):
             yield sse_data(chunks.text(event.text))
-        elif (delta := tool_call_delta(event)) is not None:
-            yield sse_data(chunks.tool_call(delta))
+        elif (chunk := chunks.tool_call(event)) is not None:
+            yield sse_data(chunk)
 
 
 def _stream_end(chunks: StreamChunks, record: dict, done: dict, include_usage: bool):

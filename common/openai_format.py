@@ -56,9 +56,9 @@ _TEXT, _LOGPROBS = "\x00text\x00", "\x00logprobs\x00"  # where a text chunk's va
 
 class StreamChunks:
     """One choice's stream chunks (ChatCompletionChunk, or TextCompletionChunk), with `usage: null`
-    on each when `include_usage`. A text chunk, one per token, is the model serialised once with
-    slots for its text and logprobs: validating a model per token would cost more CPU than the
-    rest of the relay, and buys nothing for text the worker wrote."""
+    on each when `include_usage`. The chunks sent once per token (text, a tool call's arguments)
+    are the model serialised once with slots for what changes: validating a model per token would
+    cost more CPU than the rest of the relay, and buys nothing for text the worker wrote."""
 
     def __init__(self, surface: Surface, record: dict, include_usage: bool, index: int = 0):
         self.chat, self.index = surface.chat, index
@@ -69,8 +69,8 @@ class StreamChunks:
         self._usage = {"usage": None} if include_usage else {}
         template = self._chunk(text=_TEXT)
         template["choices"][0]["logprobs"] = _LOGPROBS
-        before, rest = json.dumps(template).split(json.dumps(_TEXT))
-        self._text_parts = (before, *rest.split(json.dumps(_LOGPROBS)))
+        self._text_parts = _slots(template, _TEXT, _LOGPROBS)
+        self._arguments_parts: dict[int, tuple[str, ...]] = {}  # a tool call's index -> its template
 
     def text(self, text: str, logprobs: dict | None = None) -> str:
         """New text (with its tokens' logprobs in this surface's shape, when asked for)."""
@@ -81,9 +81,19 @@ class StreamChunks:
         """A chat stream's opening chunk."""
         return json.dumps(self._chunk(role="assistant", text=""))
 
-    def tool_call(self, delta: dict) -> str:
-        """A piece of a tool call (`tool_call_delta`)."""
-        return json.dumps(self._chunk(tool_calls=[delta]))
+    def tool_call(self, event: Event) -> str | None:
+        """A tool-call event's chunk (`delta.tool_calls[0]`, OpenAI's shape): the first names the
+        call, the next carry pieces of its arguments; None for an event that sends nothing."""
+        if isinstance(event, CallStart):
+            return json.dumps(self._chunk(tool_calls=[{"index": event.index, "id": event.call_id, "type": "function",
+                                                       "function": {"name": event.name, "arguments": ""}}]))
+        if not isinstance(event, CallArguments):
+            return None
+        if event.index not in self._arguments_parts:
+            template = self._chunk(tool_calls=[{"index": event.index, "function": {"arguments": _TEXT}}])
+            self._arguments_parts[event.index] = _slots(template, _TEXT)
+        before, after = self._arguments_parts[event.index]
+        return f"{before}{json.dumps(event.delta)}{after}"
 
     def end(self, finish_reason: str) -> str:
         return json.dumps(self._chunk(finish_reason=finish_reason))
@@ -103,6 +113,15 @@ class StreamChunks:
         return _dump(self._model(**self._head, choices=[choice], **self._usage))
 
 
+def _slots(template: dict, *slots: str) -> tuple[str, ...]:
+    """`template` as JSON text cut where each slot's value is, in order."""
+    parts, rest = [], json.dumps(template)
+    for slot in slots:
+        before, rest = rest.split(json.dumps(slot))
+        parts.append(before)
+    return (*parts, rest)
+
+
 def _dump(model) -> dict:
     """A model as JSON data with the fields it was given: an optional field left out (a message's
     `tool_calls`, a chunk's `usage` without `include_usage`) is absent, not null."""
@@ -118,17 +137,6 @@ def tool_calling(record: dict) -> ToolCalling | None:
 def tool_calls_reason(reason: str | None) -> str | None:
     """A generation that ended by itself after making calls ended to have them run."""
     return "tool_calls" if reason == "stop" else reason
-
-
-def tool_call_delta(event: Event) -> dict | None:
-    """A stream's `delta.tool_calls[0]` for a tool-call event: the first names the call, the
-    next carry pieces of its arguments (OpenAI's shape)."""
-    if isinstance(event, CallStart):
-        return {"index": event.index, "id": event.call_id, "type": "function",
-                "function": {"name": event.name, "arguments": ""}}
-    if isinstance(event, CallArguments):
-        return {"index": event.index, "function": {"arguments": event.delta}}
-    return None
 
 
 def error_type(status: int) -> str:
