@@ -22,8 +22,8 @@ from common.errors import ApiError
 from common.eta import WorkerLoad, retry_after
 from common.models import ModelRef, ModelUnavailable
 from common.offload import off_the_loop
-from common.prefix_affinity import prefix_blocks
 from common.prompting import PromptBuilder, TemplateError
+from common.scheduling.prefix_affinity import prefix_blocks
 from common.schemas import JobRequest, JobStatus
 from common.settings import Settings
 from common.stores import Stores
@@ -134,7 +134,7 @@ class Admission:
         fields = {
             "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
             "prompt_tokens": len(prompt_ids), "queue": self.stores.keys.queue(model.name),
-            "prefix_blocks": prefix_blocks(prompt_ids),  # where its start is cached (common/prefix_affinity.py)
+            "prefix_blocks": prefix_blocks(prompt_ids),  # where its start is cached (common/scheduling/prefix_affinity.py)
             "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
             "owner": owner, "priority": priority,
             "max_tokens": sampling["max_tokens"],  # read on its own by the ETAs (common/eta.py)
@@ -196,7 +196,7 @@ class Admission:
         return retry_after(excess, [WorkerLoad.from_heartbeat(w) for w in self.stores.registry.live()])
 
     def _send_ticket(self, job_id: str, fields: dict, spare: bool = False) -> None:
-        """The Celery message: a ticket for the model's fair queue (common/fair_queue.py). A spare
+        """The Celery message: a ticket for the model's fair queue (common/scheduling/fair_queue.py). A spare
         ticket (a batch line's, possibly sent twice) gets a task id of its own, since a ticket's id
         maps to the job it took; and its failure leaves the job queued for the batch's next pass."""
         options = task_options(self.settings, job_id, fields["model"])

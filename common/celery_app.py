@@ -30,7 +30,7 @@ def make_celery(settings: Settings, consumer: bool = False) -> Celery:
     delay, not a bound on job length; each worker sweeps for lost messages every
     `broker_restore_interval_s`. Prefetch 1 per thread: a worker reserves only as many jobs as its
     engine can batch, leaving the rest on the queue for other workers. A message is a ticket
-    for the model's fair queue (`common/fair_queue.py`), which decides which job runs, priorities
+    for the model's fair queue (`common/scheduling/fair_queue.py`), which decides which job runs, priorities
     included; the priority lists stay configured so older clients' messages are still read.
 
     No result backend: a job's state and answer live in llmq's own job record, and Flower reads a

@@ -20,10 +20,10 @@ from typing import Any, NamedTuple, TypeVar
 import redis
 
 from common.counters import Counters
-from common.fair_queue import FairQueue, fair_place
 from common.job_record import decode_record, encode_fields, encode_mapping
 from common.keys import Keys
 from common.lua import script
+from common.scheduling.fair_queue import FairQueue, fair_place
 from common.schemas import PRIORITY_LEVELS, JobStatus
 from common.token_log import TokenLog
 
@@ -86,7 +86,7 @@ class JobStore:
                digest: str | None = None, queued_key: str | None = None) -> bool:
         """Insert a queued job, in its key's fair-queue list, unless `queue_limit` queued jobs
         already wait. False when full. The key's `weight` sets its fair share (see
-        common/fair_queue.py). With a request `digest` the job becomes the one identical
+        common/scheduling/fair_queue.py). With a request `digest` the job becomes the one identical
         requests attach to (`attach`). A `queue_deadline` field also indexes the job for the
         expiry sweep (first, so no queued job is ever missing from the index; an index entry
         without a job is dropped by the sweep). `queued_key` files the job in another queued set

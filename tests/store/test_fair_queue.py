@@ -1,4 +1,4 @@
-"""Fair share between API keys in the real Redis: the pick order of common/fair_queue.py, and the
+"""Fair share between API keys in the real Redis: the pick order of common/scheduling/fair_queue.py, and the
 queue positions the API reports from it (no worker: picks are what a worker's ticket does)."""
 import random
 import time
@@ -119,7 +119,7 @@ def test_cancelled_jobs_leave_and_tickets_resume_what_they_took(store):
 
 
 def test_a_worker_without_batch_room_leaves_batch_lines_queued_but_takes_interactive_jobs(store):
-    from common.fair_queue import CAPPED
+    from common.scheduling.fair_queue import CAPPED
 
     line = queue_job(store, "batcher", priority="batch")
     assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=0) == CAPPED
