@@ -219,7 +219,7 @@ class HeldModels:
             self.stores.model_loads.unlock(model, self.process)
 
     def _lock_ttl_s(self) -> float:
-        return max(3.0, 3 * self.settings.heartbeat_s)
+        return self.settings.heartbeat_ttl_s
 
     def _held_items(self) -> list[tuple[str, WorkerRuntime]]:
         with self._lock:

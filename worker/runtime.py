@@ -57,7 +57,7 @@ class WorkerRuntime:
         self.free_slots: FreeSlots | None = None  # only prefix affinity reads it: off, no write per job
         if settings.prefix_affinity_wait_s:
             self.free_slots = FreeSlots(self.redis, self.keys.free_slots(self.name), settings.max_batch_size,
-                                        ttl_s=max(3, int(3 * settings.heartbeat_s)))
+                                        ttl_s=settings.heartbeat_ttl_s)
         self.meter = LoadMeter()
         self.stranded = StrandedJobs()
         self.process_info: Callable[[], dict] = dict  # what the worker process adds (its room for models)
@@ -136,7 +136,7 @@ class WorkerRuntime:
             info["prefix_cache"] = {"hit_rate": round(prefix.stats.hit_rate, 4), "blocks": len(prefix),
                                     "hit_tokens": prefix.stats.hit_tokens,
                                     "queried_tokens": prefix.stats.queried_tokens}
-        self.stores.registry.heartbeat(info, ttl_s=max(3, int(3 * self.settings.heartbeat_s)))
+        self.stores.registry.heartbeat(info, ttl_s=self.settings.heartbeat_ttl_s)
         if self.free_slots is not None:
             self.free_slots.publish()
         self.leases.renew()  # keep the jobs (and broker messages) this worker holds

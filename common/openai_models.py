@@ -1,7 +1,8 @@
-"""The response bodies of the OpenAI-compatible routes as pydantic models, from which
-/openapi.json's schemas are generated (api/openapi_openai.py). They describe what
-common/openai_format.py, common/files.py and common/batches.py build;
-tests/api/test_openapi.py checks what those build against them."""
+"""The response bodies of the OpenAI-compatible routes as pydantic models: chat completions and
+completions are built from them (common/openai_format.py), and /openapi.json's schemas are
+generated from them (api/openapi_openai.py), so no shape is written twice. Files and batches
+(common/files.py, common/batches.py) are still built as dicts: tests/api/test_openapi.py checks
+those against their models."""
 from __future__ import annotations
 
 from typing import Any, Literal
@@ -12,9 +13,22 @@ from common.schemas import FinishReason
 
 
 class Usage(BaseModel):
+    """A job's token counts, as every answer carries them (OpenAI's, /v1/jobs', webhooks')."""
     prompt_tokens: int
     completion_tokens: int
     total_tokens: int
+
+    @classmethod
+    def of(cls, counts: dict) -> "Usage":
+        """From a job record, or a `usage` object (a `done` event's)."""
+        prompt, completion = counts.get("prompt_tokens", 0), counts.get("completion_tokens", 0)
+        return cls(prompt_tokens=prompt, completion_tokens=completion, total_tokens=prompt + completion)
+
+    @classmethod
+    def of_choices(cls, counts: list[dict]) -> "Usage":
+        """Sibling jobs answering one prompt (n > 1): the prompt counted once, the completions summed."""
+        completion = sum(c.get("completion_tokens", 0) for c in counts)
+        return cls.of({"prompt_tokens": counts[0].get("prompt_tokens", 0), "completion_tokens": completion})
 
 
 class TopLogprob(BaseModel):
@@ -50,6 +64,11 @@ class ToolCall(BaseModel):
     id: str
     type: Literal["function"]
     function: CalledFunction
+
+    @classmethod
+    def of(cls, call) -> "ToolCall":
+        """A call read from a job's text (common/tool_parser.ToolCall)."""
+        return cls(id=call.call_id, type="function", function=CalledFunction(name=call.name, arguments=call.arguments))
 
 
 class AssistantMessage(BaseModel):
@@ -93,6 +112,17 @@ class TextCompletion(BaseModel):
     model: str
     choices: list[TextChoice]
     usage: Usage
+
+
+class TextCompletionChunk(BaseModel):
+    """One `data:` line of a completion stream: a TextCompletion whose `usage` is absent, or null
+    with `stream_options.include_usage` (one more chunk before `[DONE]` has no choices and the usage)."""
+    id: str
+    object: Literal["text_completion"]
+    created: int
+    model: str
+    choices: list[TextChoice]
+    usage: Usage | None = None
 
 
 class FunctionDelta(BaseModel):
@@ -256,5 +286,5 @@ class OpenAIError(BaseModel):
     error: ErrorDetail
 
 
-RESPONSES = (ChatCompletion, TextCompletion, ChatCompletionChunk, ModelList, FileList, FileDeleted,
+RESPONSES = (ChatCompletion, TextCompletion, ChatCompletionChunk, TextCompletionChunk, ModelList, FileList, FileDeleted,
              BatchList, OpenAIError)
