@@ -14,15 +14,12 @@ from api.sse import is_later, job_event_stream, stream_id
 from api.wakeups import JobWakeups
 from common.schemas import JobStatus
 from tests.support.scripted_jobs import queue_job
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 from tests.support.waiting import wait_until
 
 
-@pytest.fixture
-def settings():
-    """A fresh namespace per test: no listener of another test hears its channels."""
-    with fresh_namespace() as settings:
-        yield settings
+# A fresh namespace per test: no listener of another test hears its channels.
+settings = settings_fixture(scope="function")
 
 
 @pytest.fixture

@@ -13,17 +13,13 @@ import requests
 import standardwebhooks
 
 from common.webhooks import Webhooks
-from tests.support.settings import WEBHOOK_SECRETS, cleanup_namespace, make_settings
+from tests.support.settings import WEBHOOK_SECRETS, cleanup_namespace, make_settings, settings_fixture
 from tests.support.waiting import wait_for_job, wait_until
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def settings():
-    settings = make_settings(visibility_timeout_s=6)  # waits over 3 s travel as several countdowns
-    yield settings
-    cleanup_namespace(settings)
+settings = settings_fixture(visibility_timeout_s=6)  # waits over 3 s travel as several countdowns
 
 
 @pytest.fixture(scope="module")
