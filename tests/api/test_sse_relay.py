@@ -59,10 +59,11 @@ class Relay:
                 return
 
     def wait_for(self, count, timeout=10):
-        deadline = time.monotonic() + timeout
-        while len([e for e in self.events if e[1] != "heartbeat"]) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return [e for e in self.events if e[1] != "heartbeat"]
+        """The events sent but heartbeats, once there are `count`."""
+        def sent():
+            return [e for e in self.events if e[1] != "heartbeat"]
+        wait_until(lambda: len(sent()) >= count, timeout, message=lambda: f"{len(sent())} events sent, not {count}")
+        return sent()
 
     def join(self):
         self._thread.join(10)

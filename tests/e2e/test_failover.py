@@ -39,14 +39,11 @@ def post(base, **body):
 
 def final_record(base, job_id, timeout=240):
     """The job once ended, reading through 503s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ended() -> dict | None:
         resp = requests.get(f"{base}/v1/jobs/{job_id}", timeout=30)
-        if resp.status_code == 200 and resp.json()["status"] not in ("queued", "running"):
-            return resp.json()
         assert resp.status_code in (200, 503), resp.text
-        time.sleep(0.2)
-    raise TimeoutError(job_id)
+        return resp.json() if resp.status_code == 200 and resp.json()["status"] not in ("queued", "running") else None
+    return wait_until(ended, timeout, interval=0.2, message=f"job {job_id} did not end")
 
 
 def test_master_killed_under_streaming_jobs_every_job_ends_once(group, start_worker, model_ref):
