@@ -10,6 +10,7 @@ A real Redis (own db, a fresh key namespace per module or test), the embedded mo
   receiver on 127.0.0.1.
 - the shared stack (`stack_settings`, `stack_app`, `worker`, `live_api`, `control_worker`): one
   real model worker and control worker for the session, the API on a socket in front of them.
+- `hf_stack`: a worker on the reference engine (HF) and the API in front of it, for the session.
 - `start_worker`, `start_control_worker`: more workers, for settings of a test's own.
 """
 from __future__ import annotations
@@ -22,7 +23,7 @@ from common.models import embedded_model
 from common.settings import Settings
 from common.stores import Stores
 from tests.support.processes import WorkerProcess
-from tests.support.servers import ApiClient, LiveServer
+from tests.support.servers import ApiClient, LiveServer, worker_beside_api
 from tests.support.settings import REDIS_DB, REDIS_HOST, cleanup_namespace, make_settings, settings_fixture
 from tests.support.webhook_receiver import Receiver
 
@@ -166,3 +167,12 @@ def live_api(stack_app, worker):
     server = LiveServer(stack_app)
     yield server.url
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def hf_stack(start_worker):
+    """A worker on the reference engine (HF) for the session, the API on a socket in front of it:
+    (settings, URL), for the modules that check that engine by name; started by the first."""
+    settings = make_settings(engine="hf", max_batch_size=8)
+    with worker_beside_api(start_worker, settings) as (_, url):
+        yield settings, url
