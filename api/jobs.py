@@ -50,12 +50,12 @@ def create_job():
     check_logprobs(services(), req)
     if req.stream:  # answer with the job's event stream right away (same events as .../events)
         with services().streams.acquire(current_key()).guard() as slot:
-            _, record = submit_job(services(), req)
+            record = submit_job(services(), req).record
             response = sse_response(job_event_stream(services(), record["id"], None), slot)
         response.headers["X-Job-Id"] = record["id"]
     else:
-        status, record = submit_job(services(), req)
-        response = jsonify({**_full_view(record), **queue_eta(services(), record)})
+        status, record, ahead = submit_job(services(), req, place=True)
+        response = jsonify({**_full_view(record), **queue_eta(services(), record, ahead)})
         response.status_code = status
     response.headers["Location"] = url_for("jobs.get_job", job_id=record["id"])
     return response

@@ -22,11 +22,12 @@ from flask import Response, jsonify
 
 from api.auth import current_key
 from api.logprob_engines import check_logprobs
-from api.job_answers import cancel_after_disconnect, job_error, wait_for_end
+from api.job_answers import cancel_after_disconnect, job_error, wait_for_end, worker_lost_chunk
 from api.services import Services, services
 from api.sse import job_event_stream, streaming_response
 from api.submit import submit_job
 from common.errors import ApiError
+from common.attempts import AttemptJoin
 from common.logprobs import CompletionLogprobs, chat_logprobs, choice_logprobs
 from common.openai_format import Surface, error_body, sse_data
 from common.schemas import JobRequest, JobStatus
@@ -81,7 +82,7 @@ def _submit_all(svc: Services, req: JobRequest, n: int) -> list[dict]:
     records: list[dict] = []
     try:
         for index in range(n):
-            records.append(submit_job(svc, sibling(req, index))[1])
+            records.append(submit_job(svc, sibling(req, index)).record)
     except Exception:
         _cancel_all(svc, records)
         raise
@@ -158,8 +159,10 @@ def _chunks(svc: Services, surface: Surface, records: list[dict], include_usage:
 
 def _relay(svc: Services, surface: Surface, head: dict, index: int, job_id: str, extra: dict):
     """One choice's chunks; returns its `done` event's data (None: the stream ended without one,
-    or the job restarted after its worker was lost, which chunks already sent cannot undo)."""
+    or the job started over after its worker was lost and said otherwise than the chunks already
+    sent, which cannot be undone: common/attempts.py)."""
     offsets = CompletionLogprobs()
+    attempts, shown = AttemptJoin(), False
     with contextlib.closing(job_event_stream(svc, job_id, None)) as events:
         for _, event, data in events:
             if event == "heartbeat":
@@ -167,14 +170,22 @@ def _relay(svc: Services, surface: Surface, head: dict, index: int, job_id: str,
             elif event == "queued":
                 yield f": queued {json.dumps(data)}\n\n"
             elif event == "chunk":
-                yield _chunk(surface, head, index, extra, text=data["text"],
-                             logprobs=shape_logprobs(surface, data.get("logprobs"), offsets))
+                new = attempts.take(data["text"], data.get("logprobs"))
+                if attempts.diverged:
+                    break
+                if new is not None:
+                    shown = True
+                    yield _chunk(surface, head, index, extra, text=new[0],
+                                 logprobs=shape_logprobs(surface, new[1], offsets))
             elif event == "restart":
-                yield sse_data(error_body(500, "the worker running this job was lost; retry the request",
-                                          "worker_lost"))
-                return None
+                attempts.restart(shown)
             elif event == "done":
+                attempts.end()
+                if attempts.diverged:
+                    break
                 if data["status"] == JobStatus.SUCCEEDED:
                     yield _chunk(surface, head, index, extra, finish_reason=data["finish_reason"])
                 return data
+    if attempts.diverged:
+        yield worker_lost_chunk()
     return None

@@ -15,12 +15,13 @@ from flask import Blueprint, Response, jsonify
 from api.n_choices import complete_choices, wants_choices
 from api.auth import current_key
 from api.job_answers import (cancel_after_disconnect, job_error, log_events, openai_error,
-                             wait_for_end)
+                             wait_for_end, worker_lost_chunk)
 from common.errors import ApiError
 from api.jobs import json_body
 from common.demand import model_state
 from common.openai_format import (Surface, error_body, sse_data, tool_call_delta, tool_calling,
                                   tool_calls_reason)
+from common.attempts import AttemptJoin
 from common.tool_parser import TextPiece, ToolCallStream
 from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
@@ -63,7 +64,7 @@ def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest)
         return complete_choices(surface, body)
     svc = services()
     with svc.streams.acquire(current_key()).guard() as slot:
-        _, record = submit_job(svc, body.job_request())
+        record = submit_job(svc, body.job_request()).record
         if body.stream:
             return _stream_response(svc, surface, record, body.include_usage, slot)
     try:
@@ -77,9 +78,6 @@ def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest)
     return response
 
 
-
-
-
 def _stream_response(svc: Services, surface: Surface, record: dict, include_usage: bool,
                      slot: StreamSlot) -> Response:
     return streaming_response(_openai_chunks(svc, surface, record, include_usage), slot,
@@ -90,11 +88,12 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
     """The job's events as OpenAI chunks; while it waits in the queue, its place as an SSE
     comment (`: queued {"queue_position": 3, ...}`), which OpenAI clients skip. Leaving before
     the end (the client disconnected: Flask closes this generator) cancels the job when
-    `cancel_on_disconnect` is set."""
+    `cancel_on_disconnect` is set. A job that had to start over after its worker was lost goes on
+    unseen where it can (common/attempts.py), else ends with a `worker_lost` error chunk."""
     extra = {"usage": None} if include_usage else {}
     calling = tool_calling(record) if surface.chat else None
     calls = ToolCallStream(record["id"], calling) if calling else None
-    finished = False
+    attempts, shown, finished = AttemptJoin(), False, False
     try:
         # the first bytes go out at once, so the client knows its stream is open however long it waits
         yield sse_data({**surface.chunk(record, role=True), **extra}) if surface.chat else ": open\n\n"
@@ -102,18 +101,29 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
             for event, data in events:
                 if event == "comment":
                     yield data
-                elif event == "chunk" and calls:
-                    yield from _tool_chunks(surface, record, calls.feed(data["text"]), extra)
                 elif event == "chunk":
-                    yield sse_data({**surface.chunk(record, text=data["text"]), **extra})
-                elif event == "restart":  # a lost worker's job not continued: sent chunks stay sent
-                    yield sse_data(error_body(500, "the worker running this job was lost; "
-                                                   "retry the request", "worker_lost"))
-                    return
+                    new = attempts.take(data["text"])
+                    if attempts.diverged:
+                        yield worker_lost_chunk()
+                        return
+                    if new is None:
+                        continue
+                    pieces = calls.feed(new[0]) if calls else [TextPiece(new[0])]
+                    for chunk in _content_chunks(surface, record, pieces, extra):
+                        shown = True
+                        yield chunk
+                elif event == "restart":  # the job started over (its log says why)
+                    attempts.restart(shown)
+                    if calls and not shown:
+                        calls = ToolCallStream(record["id"], calling)
                 elif event == "done":
+                    attempts.end()
+                    if attempts.diverged:
+                        yield worker_lost_chunk()
+                        return
                     finished = True
                     if calls:
-                        yield from _tool_chunks(surface, record, calls.finish(), extra)
+                        yield from _content_chunks(surface, record, calls.finish(), extra)
                         data = {**data, "finish_reason": tool_calls_reason(data["finish_reason"])
                                 if calls.calls else data["finish_reason"]}
                     yield from _stream_end(surface, record, data, include_usage, extra)
@@ -123,11 +133,8 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
             cancel_after_disconnect(svc, record["id"])
 
 
-
-
-
-def _tool_chunks(surface: Surface, record: dict, events: list, extra: dict) -> Iterator[str]:
-    """The chunks of a tool-offering job's stream: its text as content, its calls as
+def _content_chunks(surface: Surface, record: dict, events: list, extra: dict) -> Iterator[str]:
+    """The chunks of a job's stream: its text as content, its calls (where it offers tools) as
     `tool_calls` deltas (common/tool_parser.py)."""
     for event in events:
         if isinstance(event, TextPiece):
@@ -145,12 +152,6 @@ def _stream_end(surface: Surface, record: dict, done: dict, include_usage: bool,
         error = job_error({**record, **done})
         yield sse_data(error_body(error.status, error.message, error.type))
     yield sse_data("[DONE]")
-
-
-
-
-
-
 
 
 def _model_cards(svc: Services) -> list[dict]:

@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from api import create_app
-from bench.redis_ha import RedisGroup
 from tests.support.ports import free_port, redis_port
+from tests.support.redis_group import RedisGroup
 from tests.support.servers import LiveServer
 from tests.support.settings import cleanup_namespace, make_settings
 from tests.support.sse_subscriber import SseSubscriber

@@ -11,12 +11,12 @@ import redis
 import requests
 
 from api import create_app
-from bench.redis_ha import MASTER_NAME, RedisGroup
 from common.celery_app import make_celery
 from common.keys import Keys
 from common.redis_client import broker_url, redis_client, sentinel_addresses
 from tests.support import ROOT
 from tests.support.ports import free_port, redis_port
+from tests.support.redis_group import MASTER_NAME, RedisGroup
 from tests.support.settings import make_settings, settings_env
 from tests.support.waiting import wait_until
 

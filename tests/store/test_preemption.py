@@ -19,7 +19,7 @@ def test_the_line_beyond_the_share_that_started_last_starts_over_after_the_inter
     older, younger = (queue_job(store, queue=QUEUE, priority="batch") for _ in range(2))
     runner, _ = make_runner(store, settings, {older: "o" * 400, younger: "y" * 400}, delay=0.02)
     tickets = []
-    runner.send_ticket = tickets.append
+    runner.picker.send_ticket = tickets.append
     results = {}
 
     def run(name):
