@@ -18,7 +18,7 @@ from common.batches import batch_object
 from common.eta import Estimate, place_fields
 from common.files import file_object
 from common.sseclient import iter_sse
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 
 NOT_API = {
     "/": "the web chat page (HTML)",
@@ -30,10 +30,7 @@ NOT_API = {
 METHODS = {"get", "put", "post", "delete", "patch"}
 
 
-@pytest.fixture(scope="module")
-def settings():
-    with fresh_namespace(sse_heartbeat_s=0.2) as settings:
-        yield settings
+settings = settings_fixture(sse_heartbeat_s=0.2)
 
 
 @pytest.fixture

@@ -62,14 +62,11 @@ class Stack:
         return requests.get(f"{self.url}/v1/jobs/{job_id}", timeout=30).json()
 
     def wait_until_generating(self, job_id, chars=6, timeout=300):
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        def generating() -> dict | None:
             job = self.job(job_id)
-            if job["status"] == "running" and len(job["text"]) >= chars:
-                return job
             assert job["status"] in ("queued", "running"), job
-            time.sleep(0.1)
-        raise TimeoutError(f"job {job_id} did not start generating")
+            return job if job["status"] == "running" and len(job["text"]) >= chars else None
+        return wait_until(generating, timeout, interval=0.1, message=f"job {job_id} did not start generating")
 
 
 @pytest.fixture(scope="module")

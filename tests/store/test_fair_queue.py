@@ -4,19 +4,14 @@ import random
 import time
 import uuid
 
-import pytest
-
 from common.new_jobs import NewJob
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 
 QUEUE = "q"
 
 
-@pytest.fixture
-def settings():
-    """A fresh namespace per test: each starts with an empty queue (the `store` fixture's)."""
-    with fresh_namespace() as settings:
-        yield settings
+# A fresh namespace per test: each starts with an empty queue (the `store` fixture's).
+settings = settings_fixture(scope="function")
 
 
 def queue_job(store, owner, priority="normal", weight=1.0):
