@@ -39,12 +39,17 @@ def test_eos_ids_come_from_the_generation_config_before_the_model_config(tmp_pat
 
 
 def test_the_openvino_engine_and_its_core_load_without_torch(tmp_path):
-    """A fresh interpreter imports the adapter and the core, and sizes a KV block as the core does."""
+    """A fresh interpreter imports the adapter and the core, sizes a KV block and makes a request's
+    config (where openvino_genai is installed) as the core does: loading torch there took seconds
+    from the core's first request."""
     folder = model_folder(tmp_path, SMOLLM2)
-    script = ("import sys\n"
+    script = ("import importlib.util, sys\n"
               "from worker.engine import openvino_core, openvino_engine, openvino_model\n"
+              "from worker.engine.sequence import Sampling\n"
               f"assert openvino_core.kv_block_bytes({str(folder)!r}, 'bf16') == 2 * 30 * 3 * 64 * 2 * 32\n"
               f"assert openvino_core.eos_token_ids({str(folder)!r}) == {{2}}\n"
+              "if importlib.util.find_spec('openvino_genai'):\n"
+              "    openvino_core.generation_config(Sampling(max_tokens=4, temperature=0.7), {2}, (3, 2))\n"
               "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))\n")
     done = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(ROOT)})

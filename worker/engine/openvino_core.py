@@ -237,8 +237,6 @@ def generation_config(sampling: Sampling, stop_token_ids: set[int], lookup: tupl
     carries them: it cannot opt out."""
     import openvino_genai as ov
 
-    from worker.engine.structured import json_grammar_ebnf
-
     config = ov.GenerationConfig()
     config.max_new_tokens = sampling.max_tokens
     config.stop_token_ids = set(stop_token_ids)
@@ -258,6 +256,8 @@ def generation_config(sampling: Sampling, stop_token_ids: set[int], lookup: tupl
     if lookup is not None:
         config.num_assistant_tokens, config.max_ngram_size = lookup
     if sampling.response_format is not None:  # the HF engine's grammar: compact JSON, no free whitespace
+        from worker.engine.structured import json_grammar_ebnf  # xgrammar loads torch: only when asked
+
         config.structured_output_config = ov.StructuredOutputConfig(
             grammar=json_grammar_ebnf(sampling.response_format))
     return config

@@ -92,8 +92,6 @@ class OpenVINOEngine:
         """A continued request runs with its generated tokens after its prompt; one with JSON
         output is refused (`ContinuationRefused`): the pipeline's structured output constrains a
         request's output from its start, and cannot be advanced over tokens given in the prompt."""
-        from worker.engine.structured import json_grammar
-
         detok = self.processor.check_new(request)
         if request.continued is not None and request.sampling.response_format is not None:
             raise ContinuationRefused("OpenVINO GenAI cannot continue structured output from generated tokens")
@@ -103,6 +101,8 @@ class OpenVINOEngine:
             raise ValueError(f"the prompt ({len(model.prompt_token_ids)} tokens) does not fit the "
                              f"KV cache ({capacity} tokens; LLMQ_KV_CACHE_MB)")
         if request.sampling.response_format is not None:
+            from worker.engine.structured import json_grammar  # xgrammar loads torch: only when asked
+
             json_grammar(request.sampling.response_format)  # a schema no grammar enforces: refused here
         if request.sampling.logprobs and (reason := engine_refusal("openvino", request.sampling.top_logprobs)):
             raise ValueError(reason)
