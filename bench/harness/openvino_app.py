@@ -30,8 +30,8 @@ from common.models import resolve_model
 from common.prompting import PromptBuilder
 from common.settings import Settings
 from worker.engine.detokenizer import IncrementalDetokenizer, load_tokenizer
-from worker.engine.openvino_engine import build_pipeline, eos_token_ids, generation_config
-from worker.engine.openvino_core import read_new_tokens
+from worker.engine.model_config import eos_token_ids
+from worker.engine.openvino_core import build_pipeline, generation_config, read_new_tokens
 from worker.engine.openvino_model import choose_source
 from worker.engine.sequence import Sampling
 

@@ -20,7 +20,7 @@ runs in the same runtime, tokenizer and kernels as the formats under test, so wh
 weights and precision only. (The HF model in transformers would add differences of kernels and
 tokenizer; an fp16 IR at f32 would already round the weights that the fp16 row is about.)
 The formats run with the plugin settings the worker's `dtype=auto` asks for
-(`openvino_engine.plugin_properties`): bf16 compute and KV cache where the CPU has native BF16,
+(`openvino_core.plugin_properties`): bf16 compute and KV cache where the CPU has native BF16,
 int8-quantized activations for int8/int4 weights (the table names the compute and KV precisions
 the plugin compiled the raw IR at). The `fp32` row (included by default) runs those defaults on unrounded weights: the part
 of every row's difference that comes from the runtime, not the weights. `--runtime f32` runs
@@ -43,7 +43,8 @@ import numpy as np
 import openvino as ov
 import openvino_genai as ov_genai
 
-from worker.engine.openvino_engine import BLOCK_TOKENS, eos_token_ids, plugin_properties
+from worker.engine.model_config import eos_token_ids
+from worker.engine.openvino_core import BLOCK_TOKENS, plugin_properties
 from worker.engine.openvino_model import EXPORT_FORMATS, run_exporter
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.support.fakes import CharTokenizer, ScriptedRunner, run_to_end
-from worker.engine.engine import LLMEngine
+from worker.engine.hf_engine import HFEngine
 from worker.engine.sequence import EngineRequest, Sampling
 
 GREEDY = Sampling(max_tokens=50, temperature=0)
@@ -15,7 +15,7 @@ GREEDY = Sampling(max_tokens=50, temperature=0)
 
 def make_engine(scripts, **kw):
     runner = ScriptedRunner(scripts)
-    return LLMEngine(runner, CharTokenizer(), **kw), runner
+    return HFEngine(runner, CharTokenizer(), **kw), runner
 
 
 def test_concurrent_requests_decode_in_one_batch_and_short_ones_leave_early():
@@ -117,12 +117,12 @@ def test_batched_greedy_decoding_matches_decoding_alone(real_engine_parts):
     params = Sampling(max_tokens=24, temperature=0)
 
     def alone(q):
-        engine = LLMEngine(runner, tok)
+        engine = HFEngine(runner, tok)
         engine.add_request(EngineRequest("x", chat_ids(builder, q), params))
         return run_to_end(engine)[0]["x"]
 
     solo = {q: alone(q) for q in questions}
-    engine = LLMEngine(runner, tok)
+    engine = HFEngine(runner, tok)
     engine.add_request(EngineRequest(questions[0], chat_ids(builder, questions[0]), params))
     engine.add_request(EngineRequest(questions[1], chat_ids(builder, questions[1]), params))
 
@@ -142,7 +142,7 @@ def test_seeded_sampling_is_reproducible(real_engine_parts):
     runner, tok, builder = real_engine_parts
     ids = chat_ids(builder, "Tell me a story about a fox.")
     seeded = Sampling(max_tokens=20, temperature=1.0, top_p=0.95, top_k=50, seed=1234)
-    engine = LLMEngine(runner, tok)
+    engine = HFEngine(runner, tok)
     engine.add_request(EngineRequest("s1", ids, seeded))
     engine.add_request(EngineRequest("s2", ids, seeded))
     engine.add_request(EngineRequest("other", ids, Sampling(max_tokens=20, temperature=1.0, seed=99)))

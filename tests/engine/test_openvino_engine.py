@@ -107,7 +107,7 @@ def test_prompts_that_start_alike_wait_for_the_first_ones_prefill(model_ref):
     """The pipeline looks up its prefix cache only as it takes a request in: requests sharing a
     long start, sent together, would each compute it. The adapter sends the first, then the others
     once it has its first token (from the cache); other requests are not held."""
-    from worker.engine.openvino_engine import SHARED_START_TOKENS
+    from worker.engine.openvino_gate import SHARED_START_TOKENS
 
     engine, _ = build(model_ref)
     builder = PromptBuilder(model_ref.path, 4096)
@@ -117,15 +117,15 @@ def test_prompts_that_start_alike_wait_for_the_first_ones_prefill(model_ref):
     asks["other"] = builder.build(None, "Name a colour.")[1]
     for request_id, prompt in asks.items():
         engine.add_request(EngineRequest(request_id, prompt, Sampling(max_tokens=4, temperature=0)))
-    assert set(engine._reserved) == {"r0", "other"}  # r1 and r2 wait for r0's start to be cached
+    assert engine.gate.in_core == {"r0", "other"}  # r1 and r2 wait for r0's start to be cached
     seen, finals = set(), []
     while engine.has_unfinished():
         outputs = engine.step()
         now = {out.request_id for out in outputs}
         if "r0" in now - seen:  # r0's first token: the others go to the core at once
-            assert {"r1", "r2"} <= set(engine._reserved) and not {"r1", "r2"} & now
+            assert {"r1", "r2"} <= engine.gate.in_core and not {"r1", "r2"} & now
         elif "r0" not in seen:
-            assert not {"r1", "r2"} & set(engine._reserved)
+            assert not {"r1", "r2"} & engine.gate.in_core
         seen |= now
         finals += [(out.request_id, out.finish_reason) for out in outputs if out.finished]
     assert sorted(finals) == sorted((rid, "length") for rid in asks)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests.support.fakes import CharTokenizer, ScriptedRunner
-from worker.engine.engine import LLMEngine
+from worker.engine.hf_engine import HFEngine
 from worker.engine.sampler import make_generator, sample
 from worker.engine.sequence import EngineRequest, ResponseFormat, Sampling
 from worker.engine.structured import StructuredOutput
@@ -80,7 +80,7 @@ def test_a_schema_the_grammar_cannot_enforce_is_a_value_error(structured):
 
 
 def test_engine_refuses_json_requests_without_structured_support():
-    engine = LLMEngine(ScriptedRunner({"a": "x"}), CharTokenizer())
+    engine = HFEngine(ScriptedRunner({"a": "x"}), CharTokenizer())
     with pytest.raises(ValueError, match="response_format"):
         engine.add_request(EngineRequest("a", [1], Sampling(response_format=SCHEMA)))
 
@@ -141,7 +141,7 @@ def real_engine(model_ref, tokenizer, structured):
 
     torch.set_num_threads(2)
     runner = HFModelRunner(model_ref.path)
-    return LLMEngine(runner, tokenizer, structured=structured), PromptBuilder(model_ref.path, 4096)
+    return HFEngine(runner, tokenizer, structured=structured), PromptBuilder(model_ref.path, 4096)
 
 
 def run(engine):

@@ -6,7 +6,7 @@ import time
 import uuid
 
 from tests.support.fakes import CharTokenizer, ScriptedRunner
-from worker.engine.engine import LLMEngine
+from worker.engine.hf_engine import HFEngine
 from worker.engine.loop import EngineLoop
 from worker.job_runner import JobRunner
 
@@ -45,7 +45,7 @@ def queue_job(store, max_tokens=64, top_logprobs=None, **fields) -> str:
 
 def make_runner(store, settings, scripts, name="w2", delay=0.0):
     runner = SlowRunner(scripts, delay)
-    loop = EngineLoop(LLMEngine(runner, CharTokenizer()))
+    loop = EngineLoop(HFEngine(runner, CharTokenizer()))
     return JobRunner(store, loop, name, settings), runner
 
 

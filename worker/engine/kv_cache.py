@@ -70,10 +70,6 @@ class SlotKVCache(Cache):
         self.row_start = self.row_end = self.width = 0
         self.starts = torch.zeros(0, dtype=torch.long)
 
-    @staticmethod
-    def bytes_per_token(num_layers: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> int:
-        return 2 * num_layers * kv_heads * head_dim * torch.tensor([], dtype=dtype).element_size()
-
     def new_buffer(self) -> torch.Tensor:
         return torch.zeros(self.row_capacity, self.kv_heads, self.capacity, self.head_dim, dtype=self.dtype)
 

@@ -5,6 +5,9 @@ so in the worker's process every job thread (the text relay to Redis, Celery's t
 for each step to end. Here the pipeline steps in a child process, as vLLM's engine core does: the
 worker sends it requests and cancels over a pipe, and it sends back each step's new token ids, and
 steps again at once while it has work. Only token ids cross; text is made in the worker.
+Everything that calls OpenVINO is here: building the pipeline, llmq's sampling as OpenVINO's
+`GenerationConfig`, reading each request's new tokens. The worker's side, `openvino_engine`,
+starts this process and imports nothing else of it.
 
 The core sends what its steps made in bunches, every `stream_interval_ms` (the interval at which
 the worker relays text anyway), and at once when a request gets its first token or ends. Each
@@ -22,6 +25,8 @@ for them (`Sampling.logprobs`), else None.
 from __future__ import annotations
 
 import logging
+import os
+import random
 import signal
 import time
 from multiprocessing.connection import Connection
@@ -29,8 +34,14 @@ from pathlib import Path
 from typing import Any
 
 from common.schemas import FinishReason
+from worker.engine.model_config import eos_token_ids, kv_bytes_per_token
+from worker.engine.sequence import Sampling
 
 log = logging.getLogger(__name__)
+
+BLOCK_TOKENS = 32  # tokens per KV block of OpenVINO's CPU plugin
+_PRECISIONS = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+_PRECISION_BYTES = {"f32": 4, "bf16": 2, "f16": 2}
 
 
 def run_core(source: Path, model_dir: Path, settings, conn: Connection) -> None:
@@ -43,8 +54,6 @@ def run_core(source: Path, model_dir: Path, settings, conn: Connection) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        from worker.engine.openvino_engine import build_pipeline, eos_token_ids, prompt_lookup
-
         pipeline, info = build_pipeline(source, model_dir, settings)
     except Exception as exc:  # unreadable model, missing package: the parent falls back
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -102,8 +111,6 @@ class _Core:
             return
         import numpy as np
         import openvino as ov
-
-        from worker.engine.openvino_engine import generation_config
 
         prompt_ids, sampling = args
         try:
@@ -180,3 +187,102 @@ def read_new_tokens(handle: Any) -> tuple[list[int], FinishReason | None, list[f
         elif output.finish_reason != ov.GenerationFinishReason.NONE:
             reason = FinishReason.STOP
     return new_ids, reason, logprobs
+
+
+# --- the pipeline in OpenVINO's terms (also used by bench/openvino_server.py and weights_quality.py)
+def kv_block_bytes(model_dir: Path, kv_precision: str) -> int:
+    """Bytes of one KV block of this model: keys and values of every layer and KV head."""
+    return kv_bytes_per_token(model_dir, _PRECISION_BYTES[kv_precision]) * BLOCK_TOKENS
+
+
+def plugin_properties(dtype: str, cpus: int) -> dict[str, Any]:
+    """The CPU plugin's settings: one thread per core of the worker's CPU set, and llmq's dtype as
+    the precision of both the compute and the KV cache ('auto': bf16 where the CPU has native
+    BF16, else f32, as llmq's auto). The plugin's own KV default, u8, is a few per cent faster,
+    but a quantized cache made a seeded (or greedy) request's answer depend on what else was in
+    the batch: the same request twice gave two answers (docs/engines.md). float32 also keeps the
+    activations in f32 (the plugin quantizes them to int8 for int8/int4 weights), for results that
+    must match a float reference."""
+    precision = _PRECISIONS.get(dtype) or default_precision()
+    props: dict[str, Any] = {"INFERENCE_NUM_THREADS": cpus, "INFERENCE_PRECISION_HINT": precision,
+                             "KV_CACHE_PRECISION": precision}
+    if dtype == "float32":
+        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
+    return props
+
+
+def default_precision() -> str:
+    """The CPU plugin's compute precision on this CPU: 'bf16' where native, else 'f32'."""
+    import openvino as ov
+
+    return ov.Core().get_property("CPU", "INFERENCE_PRECISION_HINT").get_type_name()
+
+
+def compute_dtype(props: dict[str, Any]) -> str:
+    """The precision the plugin computes in, in llmq's words."""
+    precision = props["INFERENCE_PRECISION_HINT"]
+    return {short: name for name, short in _PRECISIONS.items()}.get(precision, precision)
+
+
+def prompt_lookup(settings) -> tuple[int, int] | None:
+    """(draft tokens per step, longest n-gram matched) when the pipeline drafts from the prompt."""
+    return (settings.prompt_lookup_tokens, settings.prompt_lookup_ngram) if settings.prompt_lookup else None
+
+
+def generation_config(sampling: Sampling, stop_token_ids: set[int], lookup: tuple[int, int] | None = None) -> Any:
+    """llmq's `Sampling` as OpenVINO's `GenerationConfig`. Stop strings are applied by llmq (see
+    `output`); a request without a seed gets a random one, since OpenVINO's default seed would
+    make every unseeded sampled request alike. A pipeline built with prompt lookup refuses any
+    request whose config lacks its draft length and n-gram size (`lookup`), so every request there
+    carries them: it cannot opt out."""
+    import openvino_genai as ov
+
+    config = ov.GenerationConfig()
+    config.max_new_tokens = sampling.max_tokens
+    config.stop_token_ids = set(stop_token_ids)
+    config.presence_penalty = sampling.presence_penalty
+    config.frequency_penalty = sampling.frequency_penalty
+    if sampling.temperature > 0:
+        config.do_sample = True
+        config.temperature = sampling.temperature
+        config.top_p = sampling.top_p
+        if sampling.top_k > 0:
+            config.top_k = sampling.top_k
+        config.rng_seed = sampling.seed if sampling.seed is not None else random.getrandbits(31)
+    else:
+        config.do_sample = False
+    if sampling.logprobs:
+        config.logprobs = 1  # the chosen token's logprob: all the pipeline computes
+    if lookup is not None:
+        config.num_assistant_tokens, config.max_ngram_size = lookup
+    if sampling.response_format is not None:  # the HF engine's grammar: compact JSON, no free whitespace
+        from worker.engine.structured import json_grammar_ebnf  # xgrammar loads torch: only when asked
+
+        config.structured_output_config = ov.StructuredOutputConfig(
+            grammar=json_grammar_ebnf(sampling.response_format))
+    return config
+
+
+def build_pipeline(source: Path, model_dir: Path, settings) -> tuple[Any, dict[str, Any]]:
+    """The pipeline on `source` (a GGUF file or an IR folder), sized by llmq's settings, and what
+    the heartbeat says of it. `model_dir` is the model's Hugging Face folder (its config sizes
+    the KV cache)."""
+    import openvino_genai as ov
+
+    cpus = len(os.sched_getaffinity(0))
+    props = plugin_properties(settings.dtype, cpus)
+    block_bytes = kv_block_bytes(model_dir, props["KV_CACHE_PRECISION"])
+    scheduler = ov.SchedulerConfig()
+    scheduler.num_kv_blocks = max(1, settings.kv_cache_mb * 2**20 // block_bytes)
+    scheduler.max_num_seqs = settings.max_batch_size
+    scheduler.max_num_batched_tokens = max(settings.max_prefill_tokens, settings.max_batch_size)
+    scheduler.dynamic_split_fuse = True  # long prompts are prefilled in chunks beside running decodes
+    scheduler.enable_prefix_caching = settings.prefix_cache_mb > 0
+    lookup = prompt_lookup(settings)
+    # prompt lookup is the pipeline's kind (its scheduler verifies drafts), chosen once here
+    pipeline = ov.ContinuousBatchingPipeline(str(source), scheduler, "CPU",
+                                             {**props, "prompt_lookup": True} if lookup else props)
+    info = {"kv_capacity_tokens": scheduler.num_kv_blocks * BLOCK_TOKENS,
+            "prefix_caching": scheduler.enable_prefix_caching, "dtype": compute_dtype(props), "threads": cpus,
+            "prompt_lookup": {"tokens": lookup[0], "ngram": lookup[1]} if lookup else False}
+    return pipeline, info

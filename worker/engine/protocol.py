@@ -35,7 +35,7 @@ class EngineStats:
 
 
 class Engine(Protocol):
-    """`engine.LLMEngine`, `vllm_engine.VLLMEngine`, `openvino_engine.OpenVINOEngine`."""
+    """`hf_engine.HFEngine`, `vllm_engine.VLLMEngine`, `openvino_engine.OpenVINOEngine`."""
 
     stats: EngineStats
 

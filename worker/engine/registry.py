@@ -16,7 +16,7 @@ log = logging.getLogger(__name__)
 
 FALLBACK = "hf"  # serves any model transformers loads
 ENGINES: dict[str, str] = {  # name -> the module whose `build` makes it
-    "hf": "worker.engine.engine",
+    "hf": "worker.engine.hf_engine",
     "vllm": "worker.engine.vllm_engine",
     "openvino": "worker.engine.openvino_model",
 }

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM
 
 from worker.engine.kv_cache import SlotKVCache
+from worker.engine.model_config import eos_token_ids, kv_bytes_per_token
 from worker.engine.prefix_cache import PrefixCache
 
 log = logging.getLogger(__name__)
@@ -36,7 +37,9 @@ def resolve_dtype(name: str) -> torch.dtype:
 class HFModelRunner:
     def __init__(self, model_path: Path, dtype: str = "float32", max_batch_size: int = 16,
                  max_model_len: int = 4096, prefix_cache_tokens: int = 0, prefix_block_size: int = 32):
+        self.model_path = model_path
         self.dtype = resolve_dtype(dtype)
+        self.eos_token_ids = eos_token_ids(model_path)
         self.model = AutoModelForCausalLM.from_pretrained(model_path, dtype=self.dtype)
         self.model.eval()
         config = self.config = self.model.config
@@ -49,14 +52,7 @@ class HFModelRunner:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        c = self.model.config
-        return SlotKVCache.bytes_per_token(c.num_hidden_layers, c.num_key_value_heads, self.head_dim, self.dtype)
-
-    @property
-    def eos_token_ids(self) -> set[int]:
-        ids = self.model.generation_config.eos_token_id
-        ids = ids if isinstance(ids, list) else [ids]
-        return {i for i in ids if i is not None}
+        return kv_bytes_per_token(self.model_path, self.dtype.itemsize)
 
     def prefill_tokens(self, prompt: list[int]) -> int:
         """Tokens a prefill of `prompt` would compute now (after the cached prefix)."""

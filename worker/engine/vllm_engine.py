@@ -95,7 +95,7 @@ def build_vllm_core(model_path: str, settings) -> Any:
     if not on_gpu:
         os.environ.update(cpu_binding_env(os.sched_getaffinity(0), settings.vllm_cpu_reserved_cores, ranks))
     child_hygiene.install()
-    from vllm import EngineArgs, LLMEngine as VllmLLMEngine
+    from vllm import EngineArgs, LLMEngine
     from vllm.config import StructuredOutputsConfig
 
     # vLLM's KV memory is per rank, each holding its share of the heads (or layers): divided, the
@@ -116,7 +116,7 @@ def build_vllm_core(model_path: str, settings) -> Any:
                       structured_outputs_config=StructuredOutputsConfig(backend="xgrammar",
                                                                         disable_any_whitespace=True),
                       speculative_config=speculative_config(settings))
-    return VllmLLMEngine.from_engine_args(args)
+    return LLMEngine.from_engine_args(args)
 
 
 def speculative_config(settings) -> dict | None:

@@ -41,7 +41,7 @@ class ModelRunner(Protocol):
     rows: list[str]
 
 
-class LLMEngine:
+class HFEngine:
     """The engine protocol (`protocol.Engine`) on a `ModelRunner`; the step is the model's own
     computation, so it is always `ready`."""
 
@@ -178,7 +178,7 @@ class LLMEngine:
         self._earlier.pop(seq.id, None)
 
 
-def build(settings, model) -> tuple[LLMEngine, dict]:
+def build(settings, model) -> tuple[HFEngine, dict]:
     """The HF engine for the worker, sized by llmq's settings, and what the heartbeat says of it."""
     from transformers import AutoTokenizer
 
@@ -195,7 +195,7 @@ def build(settings, model) -> tuple[LLMEngine, dict]:
              settings.kv_cache_mb, budget, settings.prefix_cache_mb)
     tokenizer = AutoTokenizer.from_pretrained(model.path)
     structured = StructuredOutput.from_tokenizer(tokenizer, runner.config.vocab_size, runner.eos_token_ids)
-    engine = LLMEngine(runner, tokenizer, settings.max_batch_size, budget, settings.max_prefill_tokens,
+    engine = HFEngine(runner, tokenizer, settings.max_batch_size, budget, settings.max_prefill_tokens,
                        structured)
     return engine, {"dtype": str(runner.dtype).removeprefix("torch."), "kv_capacity_tokens": budget,
                     "prefix_caching": runner.prefix is not None}
