@@ -92,7 +92,7 @@ class Batcher:
                 continue
             for key, live in list(self.live.items()):
                 if live.handle.can_read():
-                    new_ids, reason = read_new_tokens(live.handle)
+                    new_ids, reason, _ = read_new_tokens(live.handle)
                     live.out.put((new_ids, reason))
                 elif live.handle.get_status() == ovg.GenerationStatus.IGNORED:
                     live.out.put(ValueError("the prompt does not fit the KV cache (LLMQ_KV_CACHE_MB)"))
