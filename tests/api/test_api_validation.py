@@ -101,7 +101,7 @@ def test_cancel_queued_job_then_cancel_again_is_409_and_it_never_runs(api, setti
     assert_error(api.post(f"/v1/jobs/{job['id']}/cancel"), 409, "conflict")
     # when a worker later receives the message, the job is not started
     store = api.application.extensions["llmq"].store
-    outcome, _ = store.start(job["id"], "w", max_attempts=3)
+    outcome, _ = store.claim(job["id"], "w", max_attempts=3)
     assert outcome == "cancelled"
     assert store.get(job["id"])["status"] == "cancelled"
     # and its event log is closed, so SSE listeners end

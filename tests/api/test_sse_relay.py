@@ -32,7 +32,7 @@ def svc(settings):
 
 def running_job(svc) -> str:
     job = queue_job(svc.store)
-    assert svc.store.start(job, "w1", max_attempts=2) == ("start", 1)
+    assert svc.store.claim(job, "w1", max_attempts=2) == ("start", 1)
     return job
 
 
