@@ -10,7 +10,7 @@ def queue_eta(svc: Services, record: dict) -> dict:
     """`queue_position` and `estimated_start` / `estimated_finish` (epoch s) for a queued job."""
     if record.get("status") != JobStatus.QUEUED:
         return {}
-    ahead = svc.store.queue_position(record)
+    ahead = svc.jobs.queue_position(record)
     if ahead is None:
         return {}
     live, model = svc.registry.live(), record.get("model")

@@ -36,7 +36,7 @@ class Stack:
         self.start_worker = start_worker
         self.settings = settings
         app = create_app(settings)
-        self.store = app.extensions["llmq"].store
+        self.store = app.extensions["llmq"].jobs
         self.server = LiveServer(app)
         self.url = self.server.url
         self.worker = None
