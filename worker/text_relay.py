@@ -51,6 +51,8 @@ class _Text:
 
 
 class TextRelay:
+    """One attempt's relay: what the log holds, what waits to be written, and why it stops."""
+
     def __init__(self, token_log: TokenLog, stream: RequestStream, abort: Callable[[], None],
                  job_id: str, attempt: int, so_far: Continuation, prompt_tokens: int,
                  wants_logprobs: bool, interval_s: float, run_timeout_s: float):
