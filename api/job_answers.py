@@ -19,7 +19,7 @@ from werkzeug.exceptions import HTTPException
 from api.services import Services
 from api.sse import job_event_stream
 from common.errors import ApiError, describe_validation
-from common.openai_format import error_body
+from common.openai_format import error_body, sse_data
 from common.schemas import JobStatus
 
 log = logging.getLogger(__name__)
@@ -49,6 +49,15 @@ def log_events(svc: Services, job_id: str, every_attempt: bool = False) -> Itera
                 yield "comment", f": queued {json.dumps(data)}\n\n"
             else:
                 yield event, data
+
+
+WORKER_LOST = ("the worker running this job was lost and its new attempt answers differently than "
+               "what was sent; retry the request")
+
+
+def worker_lost_chunk() -> str:
+    """The last chunk of a chat or completion stream that cannot go on (common/attempts.py)."""
+    return sse_data(error_body(500, WORKER_LOST, "worker_lost"))
 
 
 def cancel_after_disconnect(svc: Services, job_id: str) -> None:

@@ -50,12 +50,12 @@ def create_job():
     check_logprobs(services(), req)
     if req.stream:  # answer with the job's event stream right away (same events as .../events)
         with services().streams.acquire(current_key()).guard() as slot:
-            _, record = submit_job(services(), req)
+            record = submit_job(services(), req).record
             response = sse_response(job_event_stream(services(), record["id"], None), slot)
         response.headers["X-Job-Id"] = record["id"]
     else:
-        status, record = submit_job(services(), req)
-        response = jsonify({**_full_view(record), **queue_eta(services(), record)})
+        status, record, ahead = submit_job(services(), req, place=True)
+        response = jsonify(_full_view(record, ahead))
         response.status_code = status
     response.headers["Location"] = url_for("jobs.get_job", job_id=record["id"])
     return response
@@ -64,15 +64,16 @@ def create_job():
 @bp.get("/<job_id>")
 def get_job(job_id: str):
     record = _record_or_404(job_id)
-    return jsonify({**_full_view(record), **queue_eta(services(), record)})
+    return jsonify(_full_view(record))
 
 
-def _full_view(record: dict) -> dict:
-    """The job, with its webhook deliveries when it asked for a webhook."""
-    view = job_view(record)
-    if record.get("webhook"):
-        view["webhook"] = services().webhooks.view(record["id"], record["webhook"], webhook_events_of(record))
-    return view
+def _full_view(record: dict, ahead: int | None = None) -> dict:
+    """The job, with its webhook deliveries when it asked for a webhook, and its place in line
+    while it waits (`ahead`: the jobs ahead of it, when its admission read them already)."""
+    svc = services()
+    webhook = (svc.webhooks.view(record["id"], record["webhook"], webhook_events_of(record))
+               if record.get("webhook") else None)
+    return job_view(record, webhook, queue_eta(svc, record, ahead))
 
 
 @bp.get("/<job_id>/events")

@@ -22,13 +22,15 @@ from flask import Response, jsonify
 
 from api.auth import current_key
 from api.logprob_engines import check_logprobs
-from api.job_answers import cancel_after_disconnect, job_error, wait_for_end
+from api.job_answers import cancel_after_disconnect, job_error, wait_for_end, worker_lost_chunk
 from api.services import Services, services
 from api.sse import job_event_stream, streaming_response
 from api.submit import submit_job
 from common.errors import ApiError
-from common.logprobs import CompletionLogprobs, chat_logprobs, choice_logprobs
-from common.openai_format import Surface, error_body, sse_data
+from common.attempts import AttemptJoin
+from common.logprobs import CompletionLogprobs, chat_logprobs
+from common.openai_format import StreamChunks, Surface, error_body, sse_data
+from common.openai_models import Usage
 from common.schemas import JobRequest, JobStatus
 
 log = logging.getLogger(__name__)
@@ -66,7 +68,7 @@ def complete_choices(surface: Surface, body) -> Response:
     if failed is not None:
         _cancel_all(svc, records)
         raise job_error(failed)
-    response = jsonify(merged_response(surface, records))
+    response = jsonify(surface.response(*records))
     response.headers.update(_job_headers(records))
     return response
 
@@ -81,7 +83,7 @@ def _submit_all(svc: Services, req: JobRequest, n: int) -> list[dict]:
     records: list[dict] = []
     try:
         for index in range(n):
-            records.append(submit_job(svc, sibling(req, index))[1])
+            records.append(submit_job(svc, sibling(req, index)).record)
     except Exception:
         _cancel_all(svc, records)
         raise
@@ -101,40 +103,20 @@ def shape_logprobs(surface: Surface, entries: list[dict] | None, offsets: Comple
     return chat_logprobs(entries) if surface.chat else offsets.shape(entries)
 
 
-def merged_response(surface: Surface, records: list[dict]) -> dict:
-    """One whole answer with a choice per record, in order."""
-    response = surface.response(records[0])
-    response["choices"] = []
-    for index, record in enumerate(records):
-        choice = surface.response(record)["choices"][0]
-        choice.update(index=index, logprobs=choice_logprobs(surface.chat, record.get("logprobs")))
-        response["choices"].append(choice)
-    completion = sum(r.get("completion_tokens", 0) for r in records)
-    prompt = records[0].get("prompt_tokens", 0)
-    response["usage"] = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-    return response
-
-
-def _chunk(surface: Surface, head: dict, index: int, extra: dict, **kwargs) -> str:
-    payload = surface.chunk(head, **{k: v for k, v in kwargs.items() if k != "logprobs"})
-    payload["choices"][0].update(index=index, logprobs=kwargs.get("logprobs"))
-    return sse_data({**payload, **extra})
-
-
 def _chunks(svc: Services, surface: Surface, records: list[dict], include_usage: bool) -> Iterator[str]:
     """Every choice's events as OpenAI chunks, one choice after the other, then the usage (when
     asked) and `[DONE]`; a job that fails ends the stream with its error."""
-    head, extra = records[0], ({"usage": None} if include_usage else {})
+    choices = [surface.stream(records[0], include_usage, index) for index in range(len(records))]
     finished = False
     try:
         if surface.chat:  # the first bytes go out at once: each choice's opening role
-            for index in range(len(records)):
-                yield _chunk(surface, head, index, extra, role=True)
+            for chunks in choices:
+                yield sse_data(chunks.role())
         else:
             yield ": open\n\n"
         usages = []
         for index, record in enumerate(records):
-            done = yield from _relay(svc, surface, head, index, record["id"], extra)
+            done = yield from _relay(svc, surface, choices[index], record["id"])
             if done is None or done["status"] != JobStatus.SUCCEEDED:
                 if done is not None:
                     error = job_error({**record, **done})
@@ -145,10 +127,7 @@ def _chunks(svc: Services, surface: Surface, records: list[dict], include_usage:
             usages.append(done["usage"])
         finished = True
         if include_usage:
-            completion = sum(u["completion_tokens"] for u in usages)
-            prompt = usages[0]["prompt_tokens"]
-            yield sse_data(surface.usage_chunk(head, {"prompt_tokens": prompt, "completion_tokens": completion,
-                                                      "total_tokens": prompt + completion}))
+            yield sse_data(choices[0].usage(Usage.of_choices(usages)))
         yield sse_data("[DONE]")
     finally:
         if not finished and svc.settings.cancel_on_disconnect:
@@ -156,10 +135,12 @@ def _chunks(svc: Services, surface: Surface, records: list[dict], include_usage:
                 cancel_after_disconnect(svc, record["id"])
 
 
-def _relay(svc: Services, surface: Surface, head: dict, index: int, job_id: str, extra: dict):
+def _relay(svc: Services, surface: Surface, chunks: StreamChunks, job_id: str):
     """One choice's chunks; returns its `done` event's data (None: the stream ended without one,
-    or the job restarted after its worker was lost, which chunks already sent cannot undo)."""
+    or the job started over after its worker was lost and said otherwise than the chunks already
+    sent, which cannot be undone: common/attempts.py)."""
     offsets = CompletionLogprobs()
+    attempts, shown = AttemptJoin(), False
     with contextlib.closing(job_event_stream(svc, job_id, None)) as events:
         for _, event, data in events:
             if event == "heartbeat":
@@ -167,14 +148,21 @@ def _relay(svc: Services, surface: Surface, head: dict, index: int, job_id: str,
             elif event == "queued":
                 yield f": queued {json.dumps(data)}\n\n"
             elif event == "chunk":
-                yield _chunk(surface, head, index, extra, text=data["text"],
-                             logprobs=shape_logprobs(surface, data.get("logprobs"), offsets))
+                new = attempts.take(data["text"], data.get("logprobs"))
+                if attempts.diverged:
+                    break
+                if new is not None:
+                    shown = True
+                    yield sse_data(chunks.text(new[0], shape_logprobs(surface, new[1], offsets)))
             elif event == "restart":
-                yield sse_data(error_body(500, "the worker running this job was lost; retry the request",
-                                          "worker_lost"))
-                return None
+                attempts.restart(shown)
             elif event == "done":
+                attempts.end()
+                if attempts.diverged:
+                    break
                 if data["status"] == JobStatus.SUCCEEDED:
-                    yield _chunk(surface, head, index, extra, finish_reason=data["finish_reason"])
+                    yield sse_data(chunks.end(data["finish_reason"]))
                 return data
+    if attempts.diverged:
+        yield worker_lost_chunk()
     return None

@@ -4,8 +4,8 @@ api/openapi_openai.py. Every route a user calls is in it (tests/api/test_openapi
 routes against it).
 
 Request bodies come from the pydantic models the handlers validate with, so the spec cannot drift
-from the validation; a job's SSE events are pydantic models below; the job itself is described by
-hand. Fuzzers (schemathesis, tests) read it.
+from the validation; a job's SSE events are pydantic models below, and the job itself is the model
+its view is built from (api/views.py). Fuzzers (schemathesis, tests) read it.
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from pydantic import BaseModel, Field
 from pydantic.json_schema import SkipJsonSchema, models_json_schema
 
 from api import openapi_openai
-from api.openapi_models import Usage
+from common.openai_models import Usage
 from api.services import services
+from api.views import Job
 from common.logprobs import TOP_NEEDS_LOGPROBS
 from common.schemas import FinishReason, JobRequest, JobStatus
 from common.settings import Settings
@@ -65,62 +66,6 @@ _ERROR = {
         "type": "object", "required": ["type", "message"],
         "properties": {"type": {"type": "string"}, "message": {"type": "string"}}}},
 }
-
-_USAGE = {"type": "object", "required": ["prompt_tokens", "completion_tokens", "total_tokens"],
-          "properties": {k: {"type": "integer"} for k in ("prompt_tokens", "completion_tokens",
-                                                          "total_tokens")}}
-
-_JOB = {
-    "type": "object",
-    "required": ["id", "object", "status", "text", "usage", "links"],
-    "properties": {
-        "id": {"type": "string"},
-        "object": {"const": "job"},
-        "status": {"enum": [s.value for s in JobStatus]},
-        "model": _nullable({"type": "string"}),
-        "created_at": _nullable({"type": "number"}),
-        "started_at": _nullable({"type": "number"}),
-        "finished_at": _nullable({"type": "number"}),
-        "text": {"type": "string"},
-        "finish_reason": _nullable({"enum": [r.value for r in FinishReason]}),
-        "error": _nullable({"type": "object"}),
-        "usage": _USAGE,
-        "cached": {"type": "boolean"},
-        "cancel_requested": {"type": "boolean"},
-        "attempts": {"type": "integer"},
-        "batch_size_max": _nullable({"type": "integer"}),
-        "priority": {"enum": ["high", "normal", "low"]},
-        "owner": _nullable({"type": "string"}),
-        "queue_deadline": _nullable({"type": "number"}),
-        "run_timeout_s": _nullable({"type": "number"}),
-        "coalesced": {"type": "boolean", "description": "this identical request shares another job's "
-                      "generation (coalescing)"},
-        "queue_position": {"type": "integer", "description": "while queued: 1 = next to start, in the "
-                           "fair-share order (priority, then keys by fair share, then arrival)"},
-        "estimated_start": {"type": "number", "description": "while queued: epoch seconds"},
-        "estimated_finish": {"type": "number", "description": "while queued: epoch seconds"},
-        "links": {"type": "object", "additionalProperties": {"type": "string"}},
-        "logprobs": {"type": "array", "items": {"type": "object"}, "description": "only for a job that "
-                     "asked for logprobs, once it has ended: {token, logprob, bytes, top_logprobs} per token"},
-        "tool_calls": {"type": "array", "description": "once a job that offered tools has ended: the calls "
-                       "read from its text (`text` is still the whole text)", "items": {
-                           "type": "object", "required": ["id", "type", "function"], "properties": {
-                               "id": {"type": "string"}, "type": {"const": "function"},
-                               "function": {"type": "object", "required": ["name", "arguments"], "properties": {
-                                   "name": {"type": "string"}, "arguments": {"type": "string"}}}}}},
-        "webhook": {"type": "object", "description": "only for a job that named a webhook",
-                    "required": ["url", "events", "state", "attempts", "deliveries"], "properties": {
-                        "url": {"type": "string"},
-                        "events": {"type": "array", "items": {"enum": ["start", "completed"]}},
-                        "state": {"enum": ["waiting", "pending", "delivered", "failed"],
-                                  "description": "the latest delivery's; waiting: no event yet"},
-                        "attempts": {"type": "integer"},
-                        "last_status_code": _nullable({"type": "integer"}),
-                        "last_error": _nullable({"type": "string"}),
-                        "deliveries": {"type": "array", "items": {"type": "object"}}}},
-    },
-}
-
 
 class JobEventChunk(BaseModel):
     """`chunk`: the text generated since the previous chunk."""
@@ -245,7 +190,7 @@ def _paths() -> dict:
 
 def build_spec(settings: Settings) -> dict:
     job_request = _job_request_schema(settings)
-    _, events = models_json_schema([(m, "serialization") for m in _EVENTS.values()], ref_template=_REF)
+    _, models = models_json_schema([(m, "serialization") for m in (Job, *_EVENTS.values())], ref_template=_REF)
     return {
         "openapi": "3.1.0",
         "info": {"title": "llmq", "version": "1",
@@ -254,7 +199,7 @@ def build_spec(settings: Settings) -> dict:
                                 "and Batches."},
         "paths": {**_paths(), **openapi_openai.paths()},
         "components": {
-            "schemas": {**job_request, "Job": _JOB, "Error": _ERROR, **events["$defs"],
+            "schemas": {**job_request, "Error": _ERROR, **models["$defs"],
                         **openapi_openai.components(job_request["JobRequest"])},
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },

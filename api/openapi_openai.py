@@ -5,7 +5,7 @@ Request bodies are generated from the pydantic models the handlers validate with
 (common/openai_schemas.py, api/batches_api.BatchCreate); what the handlers check beyond the models
 is spelled out here: the sampling fields take JobRequest's limits (they become one), and a
 parameter llmq cannot honour is accepted only with the value that means "not used". Response
-bodies are generated from the models in api/openapi_models.py.
+bodies are generated from the models the handlers build them with (common/openai_models.py).
 """
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from pydantic.json_schema import models_json_schema
 
 from api.batches_api import BatchCreate
-from api.openapi_models import RESPONSES
+from common.openai_models import RESPONSES
 from common.batch_lines import ENDPOINTS
 from common.logprobs import NOT_WITH_TOOLS, TOP_NEEDS_LOGPROBS
 from common.responses_models import MODELS as RESPONSE_MODELS

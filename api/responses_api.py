@@ -44,10 +44,10 @@ def create_response():
     check_logprobs(svc, job)  # a 400 naming the engine's limit
     extra = {"response": ResponseRecord.of(body, conversation).model_dump()}
     if body.background and not body.stream:
-        _, record = submit_job(svc, job, extra)
+        record = submit_job(svc, job, extra).record
         return _json(response_object(record))
     with svc.streams.acquire(current_key()).guard() as slot:
-        _, record = submit_job(svc, job, extra)
+        record = submit_job(svc, job, extra).record
         if body.stream:
             return _event_response(svc, record, -1, slot, cancel_on_leave=not body.background)
     try:

@@ -173,11 +173,10 @@ class ResponseStream:
                 self._number(dict(cls=ResponseEvent, type="response.queued", response=queued))]
 
     def on_chunk(self, text: str, logprobs: list[dict] | None = None) -> list[StreamEvent]:
-        again = self.attempts.saying_again
-        text = self.attempts.feed(text)
-        if again and not text:
+        new = self.attempts.take(text, logprobs)
+        if new is None:
             return []  # the new attempt says again what was sent (or has diverged)
-        logprobs = None if again else logprobs  # which tokens are new is not known: the old ones stand
+        text, logprobs = new
         return self._start() + [self._number(e) for e in self.output.feed(text, logprobs)]
 
     @property

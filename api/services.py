@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from flask import current_app
 
+from api.fleet import FleetView
 from api.queue_places import QueuePlaces
 from api.ratelimit import RateLimiter
 from api.stream_limits import StreamLimits
@@ -26,6 +27,7 @@ class Services(Stores):
         self.places = QueuePlaces(self.jobs, self.registry, self.model_loads, settings.queue_place_interval_s,
                                   settings.queue_place_every_s)
         self.streams = StreamLimits(self.redis, self.keys, settings)
+        self.fleet = FleetView(self.registry, self.model_loads)
 
     def model_demands(self, workers: list[dict]) -> list[ModelDemand]:
         """Every catalog model's demand and state (and any model a live worker in `workers`

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from api.auth import allowed_priority, current_key
 from api.services import Services
+from common.admission import Admitted
 from common.schemas import JobRequest
 
 
-def submit_job(svc: Services, req: JobRequest, extra: dict | None = None) -> tuple[int, dict]:
-    """Returns (HTTP status, job record): 200 for a cache hit, 202 for a queued job.
-    The caller's API key (if auth is on) owns the job and is held to its rate limits. `extra`:
-    more fields for the job record (see `Admission.submit`)."""
+def submit_job(svc: Services, req: JobRequest, extra: dict | None = None, place: bool = False) -> Admitted:
+    """The HTTP status (200 for a cache hit, 202 for a queued job) and the job record, with the
+    jobs ahead of it when `place` is asked for. The caller's API key (if auth is on) owns the job
+    and is held to its rate limits. `extra`: more fields for the job record (see
+    `Admission.submit`)."""
     key = current_key()
     priority = allowed_priority(req.priority)
     webhook = svc.admission.webhook_fields(req)
     svc.limits.check_rate(key)
     return svc.admission.submit(req, owner=key.id if key else None, priority=priority,
-                                weight=key.weight if key else 1.0, webhook=webhook, extra=extra,
+                                weight=key.weight if key else 1.0, webhook=webhook, extra=extra, place=place,
                                 hold=lambda job_id: svc.limits.concurrency_slot(key, job_id))

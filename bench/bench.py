@@ -10,13 +10,13 @@ Side by side with other servers, all driven with the same OpenAI streaming chat 
 
 (`--engines`: one llmq stack per engine; `--vllm-server`: vLLM's own OpenAI server on the same
 model, so llmq-on-vLLM against it is the queue's cost; `--openvino-server`: the same for the
-OpenVINO engine (its pipeline, built as llmq builds it, behind bench/openvino_server.py);
+OpenVINO engine (its pipeline, built as llmq builds it, behind bench/harness/openvino_app.py);
 `--llama-server`: llama.cpp's server binary, built from source, on `--gguf`, by default the
 embedded model's GGUF. All of them run at once and take turns, `--rounds` times, so the
 machine's drift is shared rather than handed to the last.)
 
 Starts its own llmq stack (worker + gunicorn API, fresh namespace) unless --url is given, then the
-baseline (bench/baseline_server.py: one Flask process, model.generate under a lock), and drives
+baseline (bench/harness/baseline_app.py: one Flask process, model.generate under a lock), and drives
 both with the same closed-loop clients: each of N clients submits, streams the answer over SSE,
 and submits again. Reports req/s, generated tokens/s, p50/p95 latency and time to first token,
 and the llmq/baseline ratios. Loopback only; bounded by the request counts.
@@ -25,138 +25,20 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
-import os
 import json
+import os
 import signal
-import statistics
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 
-import requests
-
-from bench.stack import BaselineServer, LlamaServer, OpenVINOServer, PeerServer, Stack, VllmServer
+from bench.harness.clients import baseline_request, llmq_request, openai_request
+from bench.harness.load import drive, requests_per_client, turns
+from bench.harness.results import args_dict, levels, save
+from bench.harness.servers import BaselineServer, LlamaServer, OpenVINOServer, PeerServer, Stack, VllmServer
+from bench.harness.stats import summarize
 from common.models import EMBEDDED_GGUF, EMBEDDED_PACKAGE, resolve_model
 from common.settings import Settings
-from common.sseclient import iter_sse
-
-TOPICS = ["the ocean", "a lighthouse keeper", "the history of bread", "a robot learning to paint",
-          "mountains in winter", "a city at night", "the first bicycle", "a friendly dragon",
-          "coffee", "the moon landing", "a forest after rain", "a chess tournament",
-          "trains", "a library", "volcanoes", "a garden in spring"]
-
-
-@dataclass
-class Sample:
-    ok: bool
-    ttft: float = 0.0
-    latency: float = 0.0
-    tokens: int = 0
-
-
-def _stream(resp: requests.Response, t0: float) -> Sample:
-    sample = Sample(ok=False)
-    for event in iter_sse(resp.iter_lines(chunk_size=None)):
-        if event.event == "chunk" and not sample.ttft:
-            sample.ttft = time.perf_counter() - t0
-        elif event.event == "done":
-            done = event.json()
-            sample.ok = done["status"] == "succeeded"
-            sample.tokens = done["usage"]["completion_tokens"]
-            sample.latency = time.perf_counter() - t0
-            break
-    return sample
-
-
-def llmq_request(url: str, prompt: str, max_tokens: int) -> Sample:
-    t0 = time.perf_counter()
-    job = requests.post(f"{url}/v1/jobs", json={"messages": [{"role": "user", "content": prompt}],
-                                                "max_tokens": max_tokens, "temperature": 0,
-                                                "cache": False}, timeout=60)
-    if job.status_code != 202:
-        return Sample(ok=False)
-    with requests.get(f"{url}{job.json()['links']['events']}", stream=True, timeout=600) as resp:
-        return _stream(resp, t0)
-
-
-def baseline_request(url: str, prompt: str, max_tokens: int) -> Sample:
-    t0 = time.perf_counter()
-    with requests.post(f"{url}/generate", json={"messages": [{"role": "user", "content": prompt}],
-                                                "max_tokens": max_tokens, "temperature": 0},
-                       stream=True, timeout=3600) as resp:
-        return _stream(resp, t0)
-
-
-_MODEL_IDS: dict[str, str] = {}
-
-
-def openai_request(url: str, prompt: str, max_tokens: int, system: str | None = None) -> Sample:
-    """OpenAI-style streaming chat completion of the server's (first) model, after a `system`
-    message where given. Tokens are the usage the server reports in its last chunk, or one per
-    content delta where it reports none."""
-    if url not in _MODEL_IDS:
-        _MODEL_IDS[url] = requests.get(f"{url}/v1/models", timeout=30).json()["data"][0]["id"]
-    messages = [{"role": "system", "content": system}] if system else []
-    t0 = time.perf_counter()
-    sample, deltas, usage = Sample(ok=False), 0, None
-    with requests.post(f"{url}/v1/chat/completions", stream=True, timeout=3600, json={
-            "model": _MODEL_IDS[url], "messages": [*messages, {"role": "user", "content": prompt}],
-            "max_tokens": max_tokens, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}) as resp:
-        for event in iter_sse(resp.iter_lines(chunk_size=None)):
-            if event.data == "[DONE]":
-                sample.ok, sample.latency = True, time.perf_counter() - t0
-                break
-            body = event.json()
-            usage = body.get("usage") or usage
-            delta = body["choices"][0].get("delta", {}).get("content") if body.get("choices") else None
-            if delta:
-                deltas += 1
-                sample.ttft = sample.ttft or time.perf_counter() - t0
-    sample.tokens = usage["completion_tokens"] if usage else deltas
-    return sample
-
-
-peer_request = openai_request
-
-
-def run_level(request_fn, url: str, clients: int, per_client: int, max_tokens: int) -> dict:
-    samples, wall = drive(request_fn, url, clients, per_client, max_tokens)
-    return summarize(clients, samples, wall)
-
-
-def drive(request_fn, url: str, clients: int, per_client: int, max_tokens: int,
-          first_prompt: int = 0) -> tuple[list[Sample], float]:
-    """`clients` closed-loop clients, `per_client` requests each: the samples and the wall time."""
-    def client(index: int) -> list[Sample]:
-        # distinct prompts (a number in each), so no server can reuse another request's answer
-        numbers = [first_prompt + index * per_client + i for i in range(per_client)]
-        return [request_fn(url, f"Story {n}: write a long, detailed story about "
-                                f"{TOPICS[n % len(TOPICS)]}.", max_tokens) for n in numbers]
-
-    start = time.perf_counter()
-    with ThreadPoolExecutor(clients) as pool:
-        samples = [s for batch in pool.map(client, range(clients)) for s in batch]
-    return samples, time.perf_counter() - start
-
-
-def summarize(clients: int, samples: list[Sample], wall: float) -> dict:
-    good = [s for s in samples if s.ok]
-    # time per output token after the first: decode speed alone, apart from the queue's wait
-    per_token = [(s.latency - s.ttft) / (s.tokens - 1) for s in good if s.tokens > 1]
-    pct = lambda values, q: statistics.quantiles(values, n=100)[q - 1] if len(values) > 1 else values[0]
-    return {
-        "clients": clients, "requests": len(samples), "failed": len(samples) - len(good),
-        "wall_s": round(wall, 2), "req_per_s": round(len(good) / wall, 3),
-        "tokens_per_s": round(sum(s.tokens for s in good) / wall, 1),
-        "latency_p50": round(pct([s.latency for s in good], 50), 2),
-        "latency_p95": round(pct([s.latency for s in good], 95), 2),
-        "ttft_p50": round(pct([s.ttft for s in good], 50), 3),
-        "ttft_p95": round(pct([s.ttft for s in good], 95), 3),
-        "tpot_ms": round(1000 * statistics.fmean(per_token), 2) if per_token else None,
-    }
 
 
 def measure(name, server, request_fn, args) -> list[dict]:
@@ -166,7 +48,7 @@ def measure(name, server, request_fn, args) -> list[dict]:
     url = server.url if server is not None else args.url
     request_fn(url, "Say hi.", 4)  # warm-up
     for clients in args.levels:
-        row = run_level(request_fn, url, clients, args.requests_per_client, args.max_tokens)
+        row = summarize(clients, *drive(request_fn, url, clients, args.requests_per_client, args.max_tokens))
         print(f"{name:9s} {json.dumps(row)}", flush=True)
         rows.append(row)
     if server is not None:
@@ -191,23 +73,20 @@ def print_table(ours: list[dict], base: list[dict], label: str = "base") -> None
 
 
 def interleaved(servers: dict, args) -> dict[str, list[dict]]:
-    """Each level, `args.rounds` rounds of every server in turn (alternating order); pooled rows."""
+    """Each level, `args.rounds` rounds of every server in turn (bench/harness/load.py); pooled rows."""
     results: dict[str, list[dict]] = {name: [] for name in servers}
     for clients in args.levels:
         pooled = {name: ([], 0.0) for name in servers}
-        per_client = max(args.requests_per_client, -(-args.min_requests // clients))
-        for round_ in range(args.rounds):
-            order = list(servers) if round_ % 2 == 0 else list(servers)[::-1]
-            for name in order:
-                first = round_ * clients * per_client  # fresh prompts each round
-                samples, wall = drive(openai_request, servers[name].url, clients, per_client,
-                                      args.max_tokens, first)
-                row = summarize(clients, samples, wall)
-                print(f"{name:12s} round {round_ + 1} {json.dumps(row)}", flush=True)
-                pooled[name] = (pooled[name][0] + samples, pooled[name][1] + wall)
-                # vLLM's compute process polls for about a second after its last request, on the
-                # core the next server computes on: let it stop before the next turn starts
-                time.sleep(args.settle_s)
+        per_client = requests_per_client(clients, args.requests_per_client, args.min_requests)
+        for round_, name in turns(list(servers), args.rounds):
+            first = round_ * clients * per_client  # fresh prompts each round
+            samples, wall = drive(openai_request, servers[name].url, clients, per_client, args.max_tokens, first)
+            row = summarize(clients, samples, wall)
+            print(f"{name:12s} round {round_ + 1} {json.dumps(row)}", flush=True)
+            pooled[name] = (pooled[name][0] + samples, pooled[name][1] + wall)
+            # vLLM's compute process polls for about a second after its last request, on the
+            # core the next server computes on: let it stop before the next turn starts
+            time.sleep(args.settle_s)
         for name, (samples, wall) in pooled.items():
             results[name].append(summarize(clients, samples, wall))
     return results
@@ -225,7 +104,7 @@ def embedded_gguf() -> Path:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[1, 4, 8, 16])
+    parser.add_argument("--levels", type=levels, default=[1, 4, 8, 16])
     parser.add_argument("--max-tokens", type=int, default=64)
     parser.add_argument("--requests-per-client", type=int, default=2)
     parser.add_argument("--url", help="benchmark a running llmq instead of starting one")
@@ -248,7 +127,7 @@ def main() -> None:
     parser.add_argument("--vllm-server", action="store_true", help="also vLLM's own OpenAI server")
     parser.add_argument("--openvino-server", action="store_true",
                         help="also OpenVINO GenAI's pipeline behind a minimal OpenAI server "
-                             "(bench/openvino_server.py), built with llmq-openvino's settings")
+                             "(bench/harness/openvino_app.py), built with llmq-openvino's settings")
     parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
                         help="path of a built llama.cpp llama-server binary (or LLAMA_SERVER)")
     parser.add_argument("--gguf", help="GGUF for llama-server (default: the embedded model's)")
@@ -261,7 +140,7 @@ def main() -> None:
                              "clients (a single client's two requests are too few to measure)")
     parser.add_argument("--long-prompts", action="store_true",
                         help="with --openai: TTFT of unique ~1,500-token system prompts at 1 and 8 clients, "
-                             "and 8 decoding streams' tokens/s beside them (bench/long_prompts.py)")
+                             "and 8 decoding streams' tokens/s beside them (bench/studies/long_prompts.py)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
                         help="with --openai: one more llmq-on-vLLM stack, named llmq-NAME, with these "
                              "settings changed (an A/B of a setting in one interleaved run); repeatable")
@@ -283,16 +162,12 @@ def main() -> None:
         base = measure("baseline", BaselineServer(str(model_path), logs, args.baseline_dtype), baseline_request, args)
     if args.peer:
         gguf = embedded_gguf()
-        peer = measure("peer", PeerServer(str(gguf), logs, threads=os.cpu_count()), peer_request, args)
+        peer = measure("peer", PeerServer(str(gguf), logs, threads=os.cpu_count()), openai_request, args)
     print_table(ours, base)
     if peer:
         print("\nvs llama-cpp-python server (same GGUF, Q4_1):")
         print_table(ours, peer, "peer")
-    args.out.mkdir(parents=True, exist_ok=True)
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    (args.out / f"bench-{stamp}.json").write_text(json.dumps(
-        {"args": {k: str(v) for k, v in vars(args).items()}, "llmq": ours, "baseline": base,
-         "peer": peer}, indent=2))
+    save(args.out, "bench", {"args": args_dict(args), "llmq": ours, "baseline": base, "peer": peer})
 
 
 def compare(args) -> None:
@@ -334,7 +209,7 @@ def compare(args) -> None:
             drive(openai_request, server.url, batch, 1, 16, first_prompt=10_000)
             time.sleep(args.settle_s)
         if args.long_prompts:
-            from bench import long_prompts
+            from bench.studies import long_prompts
 
             long_results = long_prompts.run(servers, args)
         else:
@@ -368,11 +243,7 @@ def compare(args) -> None:
 def write_compare(args, results: dict[str, list[dict]]) -> Path:
     """`compare-<local time>.json` in `args.out`: the arguments (as text) and each server's rows
     (one `summarize` dict per level); bench/gpu_report.py reads it."""
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"compare-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "results": results},
-                               indent=2))
-    return path
+    return save(args.out, "compare", {"args": args_dict(args), "results": results})
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@ jobs mostly wait in the queue.
 
     .venv/bin/python bench/front_door.py --levels 100,1000,5000
     .venv/bin/python bench/front_door.py --levels 50,300 --hold-s 12 --tps-s 8   # a quick check
+    .venv/bin/python bench/front_door.py --floor --levels 100,1000,5000          # the floor (below)
 
 Under load most streams follow jobs that wait for the model, so what the API must do well is
 wait. A waiting stream must cost no thread: a thread-per-request server answers only as many
@@ -10,7 +11,8 @@ clients as it has threads, and the rest sit unanswered in its accept queue. And 
 client must hear its place in line (the `: queued {...}` comments of the stream) soon after it
 arrives, not once a thread frees up.
 
-Servers (`--servers`, each on a stack of its own, one after the other in one run; bench/stack.py):
+Servers (`--servers`, each on a stack of its own, one after the other in one run;
+bench/harness/servers.py):
 - gthread: gunicorn's thread-per-request worker with 64 threads, the model the API used before;
 - gevent: the API's own settings (ops/gunicorn.conf.py), one greenlet per stream.
 Both run one API process and one model worker (`--model`, by default the embedded SmolLM2-135M).
@@ -35,6 +37,12 @@ front door does not slow the engine.
 Output: a markdown table on stdout, everything as JSON in `--out` (front_door-<stamp>.json), the
 stacks' logs in `--out`/logs/front_door-<server>/. Loopback only. Every level is bounded by
 --hold-s, every wait for the queue to drain by --settle-s, and the stacks are always stopped.
+
+`--floor`: the floor of the front door on this machine, what no Flask API here can beat. The same
+clients and body against gunicorn with llmq's settings over a Flask app that does no work: it reads
+the JSON body, sends the stream's headers and a `: queued` comment, holds the stream `--hold-s`
+seconds (default 5 here) and ends it (bench/harness/floor_app.py). No Redis, no tokenizer, no job.
+Per level, one JSON line: clients answered, errors, headers p50/p95/p99/max.
 """
 from __future__ import annotations
 
@@ -42,15 +50,13 @@ import argparse
 import asyncio
 import itertools
 import json
-import math
-import resource
 import shlex
 import signal
 import sys
 import time
 import uuid
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
 import aiohttp
@@ -59,131 +65,24 @@ import redis
 import redis.asyncio as aioredis
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.stack import Stack  # noqa: E402
+from bench.harness.burst import Client, chat_body, client_session, raise_open_files, stream_chat  # noqa: E402
+from bench.harness.clients import served_model  # noqa: E402
+from bench.harness.measures import cpu_seconds  # noqa: E402
+from bench.harness.results import args_dict, levels, save  # noqa: E402
+from bench.harness.servers import FloorServer, Stack  # noqa: E402
+from bench.harness.stats import percentile, rounded  # noqa: E402
 from common.keys import Keys  # noqa: E402
 
 STACK_ENV = {"LLMQ_MAX_QUEUE": "100000",  # the default refuses jobs past 1,000 queued
              "LLMQ_MAX_STREAMS_PER_PROCESS": "20000",
              "LLMQ_LOG_LEVEL": "WARNING"}  # an access log line per request costs CPU at thousands
-LATE_PLACE_S = 2.0  # a waiting client should hear its place within this of its headers
 TPS_CLIENTS, TPS_MAX_TOKENS = 16, 64
-FDS_PER_CLIENT = 2
 
 
 def log(message: str) -> None:
     print(f"[front_door {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
-
-
-# --- one streaming client ------------------------------------------------------------------
-
-@dataclass
-class Client:
-    """What one streaming client saw; times are seconds from sending its request."""
-    index: int
-    headers_s: float | None = None
-    first_place_s: float | None = None
-    first_token_s: float | None = None  # the first data line after the role chunk
-    ended_s: float | None = None  # when it stopped reading, whatever the reason
-    status: int | None = None
-    job_id: str | None = None
-    queued_at_headers: bool | None = None  # its job was in the queue when its headers came
-    completed: bool = False
-    cut: bool = False
-    error: str | None = None
-    completion_tokens: int = 0
-
-    @property
-    def answered(self) -> bool:
-        """It has its headers or an error: the server has dealt with its arrival."""
-        return self.headers_s is not None or self.error is not None
-
-    @property
-    def open(self) -> bool:
-        return self.status == 200 and self.ended_s is None
-
-    @property
-    def waited(self) -> bool:
-        return bool(self.queued_at_headers) or self.first_place_s is not None
-
-    @property
-    def heard_place_late(self) -> bool:
-        """It waited, and 2 s after its headers it had heard neither its place nor a token,
-        though it was still reading."""
-        if not self.waited or self.headers_s is None:
-            return False
-        limit = self.headers_s + LATE_PLACE_S
-        told = [t for t in (self.first_place_s, self.first_token_s) if t is not None]
-        return not (told and min(told) <= limit) and (self.ended_s is None or self.ended_s > limit)
-
-
-def chat_body(model: str, prompt: str, max_tokens: int) -> dict:
-    return {"model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "stream": True, "stream_options": {"include_usage": True}}
-
-
-async def read_stream(resp: aiohttp.ClientResponse, client: Client, t0: float) -> None:
-    """Read the SSE lines until `[DONE]`, noting the first place, the first token and the usage."""
-    data_lines = 0
-    async for raw in resp.content:
-        line = raw.decode("utf-8", "replace").rstrip("\r\n")
-        if line.startswith(": queued"):
-            if client.first_place_s is None:
-                client.first_place_s = time.monotonic() - t0
-        elif line.startswith("data:"):
-            payload = line[5:].strip()
-            if payload == "[DONE]":
-                client.completed = True
-                return
-            data_lines += 1
-            if data_lines == 2:
-                client.first_token_s = time.monotonic() - t0
-            body = json.loads(payload)
-            if body.get("error"):
-                client.error = f"stream error {body['error'].get('type') or body['error'].get('code')}"
-            if body.get("usage"):
-                client.completion_tokens = body["usage"]["completion_tokens"]
-
-
-async def stream_chat(session: aiohttp.ClientSession, url: str, body: dict, client: Client,
-                      deadline: float, on_headers=None) -> None:
-    """One streaming chat, read until `[DONE]` or `deadline` (loop time), then closed: a client
-    that leaves before the end has its job cancelled by the server."""
-    t0 = time.monotonic()
-    hold = asyncio.timeout_at(deadline)
-    try:
-        async with hold:
-            async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
-                client.headers_s, client.status = time.monotonic() - t0, resp.status
-                if resp.status != 200:
-                    client.error = f"status {resp.status}"
-                    return
-                client.job_id = resp.headers.get("X-LLMQ-Job-Id")
-                if on_headers:
-                    on_headers(client)
-                await read_stream(resp, client, t0)
-                if not client.completed and client.error is None:
-                    client.error = "ended without [DONE]"
-    except TimeoutError:
-        if not hold.expired():  # aiohttp's own timeouts are TimeoutErrors too
-            client.error = "client timeout"
-        elif client.headers_s is None:
-            client.error = "no headers"
-        else:
-            client.cut = True
-    except (aiohttp.ClientError, OSError, ValueError) as exc:
-        client.error = type(exc).__name__
-    finally:
-        client.ended_s = time.monotonic() - t0
-
-
-def client_session() -> aiohttp.ClientSession:
-    """One connection per client, none reused, no client-side cap on connections; deadlines
-    come from each client's hold, not from aiohttp."""
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, force_close=True),
-                                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=None, sock_read=None))
 
 
 # --- watching the server during a level ---------------------------------------------------
@@ -211,19 +110,6 @@ class QueueProbe:
         while True:
             await asyncio.sleep(0.05)
             await self.flush()
-
-
-def cpu_seconds(proc: psutil.Process) -> float:
-    times = proc.cpu_times()
-    return times.user + times.system
-
-
-def api_process(stack: Stack) -> psutil.Process:
-    """The gunicorn worker that serves the requests (the master only supervises it)."""
-    children = psutil.Process(stack.api_proc.pid).children()
-    if len(children) != 1:
-        raise RuntimeError(f"expected one API worker process, found {len(children)}")
-    return children[0]
 
 
 def api_connections(api: psutil.Process, port: int) -> int:
@@ -263,7 +149,7 @@ async def settle(stack: Stack, api: psutil.Process, redis_client: aioredis.Redis
     cancelled their jobs), nothing is queued or left in the broker, and a heartbeat newer than the
     wait's start says the worker runs nothing: the next level starts on an idle stack. At most
     `timeout` s."""
-    keys, start, since = Keys(stack.env["LLMQ_NAMESPACE"]), time.monotonic(), time.time()
+    keys, start, since = Keys(stack.namespace), time.monotonic(), time.time()
     while True:
         left = {**await backlog(redis_client, keys), "api_connections": api_connections(api, stack.port)}
         idle = (left["queued"] == left["tickets"] == left["running"] == left["api_connections"] == 0
@@ -279,12 +165,12 @@ async def settle(stack: Stack, api: psutil.Process, redis_client: aioredis.Redis
 
 async def run_level(stack: Stack, model: str, clients_count: int, args, run_tag: str) -> dict:
     """`clients_count` clients stream at once for at most hold-s; then wait for the queue to drain."""
-    api = api_process(stack)
+    api = stack.api_worker()
     redis_client = aioredis.Redis.from_url(stack.redis_url)
     try:
         redis_before = (await redis_client.info("clients"))["connected_clients"]
-        rss_before, cpu_before = api.memory_info().rss, cpu_seconds(api)
-        probe = QueueProbe(redis_client, Keys(stack.env["LLMQ_NAMESPACE"]).queued)
+        rss_before, cpu_before = api.memory_info().rss, cpu_seconds(api.pid, children=False)
+        probe = QueueProbe(redis_client, Keys(stack.namespace).queued)
         clients = [Client(i) for i in range(clients_count)]
         level_start = time.monotonic()
         deadline = level_start + args.hold_s
@@ -300,28 +186,16 @@ async def run_level(stack: Stack, model: str, clients_count: int, args, run_tag:
             probe_task.cancel()
             await probe.flush()
         clients_s = time.monotonic() - level_start
-        cpu_clients = cpu_seconds(api) - cpu_before
+        cpu_clients = cpu_seconds(api.pid, children=False) - cpu_before
         log(f"  clients done in {clients_s:.1f} s; waiting for the queue to drain")
         settled = await settle(stack, api, redis_client, args.settle_s)
-        cpu_level = cpu_seconds(api) - cpu_before
+        cpu_level = cpu_seconds(api.pid, children=False) - cpu_before
     finally:
         await redis_client.aclose()
-    restarted = api.pid != api_process(stack).pid
+    restarted = api.pid != stack.api_worker().pid
     return summarize_level(clients, sample, rss_before, cpu_clients, cpu_level,
                            {"redis_clients_before": redis_before, "clients_s": round(clients_s, 1),
                             "api_worker_restarted": restarted, **settled})
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    """Nearest-rank percentile; None for no values."""
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
-def rounded(value: float | None, digits: int = 3) -> float | None:
-    return None if value is None else round(value, digits)
 
 
 def summarize_level(clients: list[Client], sample: dict, rss_before: int, cpu_clients: float,
@@ -361,7 +235,7 @@ async def tokens_per_second(url: str, model: str, seconds: float, run_tag: str, 
     """16 clients stream chats back to back for `seconds`: completion tokens of the requests that
     finished inside the window, over the window; and the API's CPU seconds meanwhile (what the
     front door takes from the cores the model computes on)."""
-    cpu_before = cpu_seconds(api)
+    cpu_before = cpu_seconds(api.pid, children=False)
     window_end = time.monotonic() + seconds
     finished: list[Client] = []
 
@@ -376,7 +250,7 @@ async def tokens_per_second(url: str, model: str, seconds: float, run_tag: str, 
 
     async with client_session() as session:
         await asyncio.gather(*(one_client(w, session) for w in range(TPS_CLIENTS)))
-    api_cpu = cpu_seconds(api) - cpu_before
+    api_cpu = cpu_seconds(api.pid, children=False) - cpu_before
     done = [c for c in finished if c.completed and not c.error]
     tokens = sum(c.completion_tokens for c in done)
     return {"clients": TPS_CLIENTS, "window_s": seconds, "requests_completed": len(done),
@@ -386,17 +260,6 @@ async def tokens_per_second(url: str, model: str, seconds: float, run_tag: str, 
 
 
 # --- one server ------------------------------------------------------------------------------
-
-def served_model(url: str, timeout: float = 60) -> str:
-    deadline = time.monotonic() + timeout
-    while True:
-        data = requests.get(f"{url}/v1/models", timeout=10).json().get("data")
-        if data:
-            return data[0]["id"]
-        if time.monotonic() > deadline:
-            raise TimeoutError("no model served")
-        time.sleep(1)
-
 
 async def warm_up(url: str, model: str, run_tag: str) -> None:
     """A couple of requests first: the first ones load the tokenizer and warm the model."""
@@ -415,7 +278,7 @@ def run_server(server: str, args, run_id: str, result: dict) -> None:
     log_dir = args.out / "logs" / f"front_door-{server}"
     log(f"{server}: starting a stack (logs in {log_dir})")
     stack = Stack(args.redis_url, args.model, log_dir, STACK_ENV, api_server=server)
-    result.update({"logs": str(log_dir), "namespace": stack.env["LLMQ_NAMESPACE"], "levels": []})
+    result.update({"logs": str(log_dir), "namespace": stack.namespace, "levels": []})
     try:
         stack.wait_ready(args.ready_s)
         model = served_model(stack.url)
@@ -427,11 +290,40 @@ def run_server(server: str, args, run_id: str, result: dict) -> None:
             result["levels"].append(row)
         log(f"{server}: tokens/s at {TPS_CLIENTS} clients for {args.tps_s} s")
         result["tokens_per_s"] = asyncio.run(tokens_per_second(
-            stack.url, model, args.tps_s, f"{run_id}-{server}", api_process(stack)))
+            stack.url, model, args.tps_s, f"{run_id}-{server}", stack.api_worker()))
         log(f"{server}: " + json.dumps(result["tokens_per_s"]))
     finally:
         log(f"{server}: stopping the stack")
         stack.stop()
+
+
+# --- the floor ---------------------------------------------------------------------------------
+
+async def floor_level(url: str, count: int, hold_s: float) -> dict:
+    clients = [Client(i) for i in range(count)]
+    deadline = asyncio.get_running_loop().time() + hold_s + 30
+    async with client_session() as session:
+        await asyncio.gather(*(stream_chat(session, url, chat_body("floor", f"hello {c.index}", 8), c, deadline)
+                               for c in clients))
+    headers = [c.headers_s for c in clients if c.status == 200]
+    return {"clients": count, "answered": len(headers), "errors": sum(c.error is not None for c in clients),
+            **{f"headers_p{q}": round(percentile(headers, q) or 0, 3) for q in (50, 95, 99)},
+            "headers_max": round(max(headers, default=0), 3)}
+
+
+def run_floor(args) -> list[dict]:
+    server = FloorServer(args.out / "logs" / "front_door-floor", args.hold_s)
+    rows = []
+    try:
+        server.wait_ready()
+        requests.post(f"{server.url}/v1/chat/completions", json=chat_body("floor", "warm", 8), timeout=30)
+        for count in args.levels:
+            rows.append(asyncio.run(floor_level(server.url, count, args.hold_s)))
+            print(json.dumps(rows[-1]), flush=True)
+            time.sleep(2)
+    finally:
+        server.stop()
+    return rows
 
 
 # --- report ----------------------------------------------------------------------------------
@@ -479,28 +371,16 @@ def tokens_ratio(results: dict) -> float | None:
 
 # --- main ------------------------------------------------------------------------------------
 
-def raise_open_files(largest_level: int) -> dict:
-    """The client holds a socket per client: raise its soft open-file limit to the hard one."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft != hard:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-    needed = FDS_PER_CLIENT * largest_level + 100
-    enough = hard == resource.RLIM_INFINITY or hard >= needed
-    if not enough:
-        print(f"WARNING: the open-file hard limit {hard} is below the {needed} the largest level "
-              f"({largest_level} clients) needs: clients past it will fail (raise it: ulimit -Hn)")
-    return {"soft_before": soft, "hard": hard, "needed": needed, "enough": enough}
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--servers", type=lambda s: s.split(","), default=["gthread", "gevent"],
                         help="API servers to run, one stack each, in this order: gthread,gevent")
-    parser.add_argument("--levels", type=lambda s: [int(x) for x in s.split(",")], default=[100, 1000, 5000],
+    parser.add_argument("--levels", type=levels, default=[100, 1000, 5000],
                         help="concurrent streaming clients of each level")
     parser.add_argument("--max-tokens", type=int, default=8, help="max_tokens of each level's requests")
-    parser.add_argument("--hold-s", type=float, default=30.0,
-                        help="clients read until [DONE] or this long after the level's start, then close")
+    parser.add_argument("--hold-s", type=float, default=None,
+                        help="clients read until [DONE] or this long after the level's start, then close "
+                             "(default 30; with --floor, how long the floor app holds each stream, default 5)")
     parser.add_argument("--tps-s", type=float, default=20.0, help="window of the tokens/s check")
     parser.add_argument("--settle-s", type=float, default=120.0,
                         help="after a level, wait at most this long for the queue to drain")
@@ -509,7 +389,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
     parser.add_argument("--out", type=Path, default=Path("bench/results"),
                         help="folder of the JSON result (front_door-<stamp>.json) and of the logs")
+    parser.add_argument("--floor", action="store_true",
+                        help="the same clients against a Flask app that does no work: the floor (above)")
     args = parser.parse_args()
+    if args.hold_s is None:
+        args.hold_s = 5.0 if args.floor else 30.0
     unknown = set(args.servers) - {"gthread", "gevent"}
     if unknown:
         parser.error(f"unknown servers: {', '.join(sorted(unknown))}")
@@ -529,6 +413,10 @@ def main() -> int:
     log(f"command: {command}")
     stop_on_sigterm()
     open_files = raise_open_files(max(args.levels))
+    if args.floor:
+        rows = run_floor(args)
+        print(f"\nresults: {save(args.out, 'front_door-floor', {'command': command, 'args': args_dict(args), 'levels': rows})}")
+        return 0
     run_id = uuid.uuid4().hex[:6]
     results: dict[str, dict] = {}
     interrupted = False
@@ -546,12 +434,10 @@ def main() -> int:
         interrupted = True
     print(f"\ncommand: {command}")
     print_tables(results)
-    args.out.mkdir(parents=True, exist_ok=True)
-    path = args.out / f"front_door-{time.strftime('%Y%m%d-%H%M%S')}.json"
-    path.write_text(json.dumps({"command": command, "args": {k: str(v) for k, v in vars(args).items()},
-                                "stack_env": STACK_ENV, "open_files": open_files, "cpus": psutil.cpu_count(),
-                                "interrupted": interrupted, "results": results,
-                                "tokens_per_s_gevent_over_gthread": tokens_ratio(results)}, indent=2))
+    path = save(args.out, "front_door", {"command": command, "args": args_dict(args), "stack_env": STACK_ENV,
+                                         "open_files": open_files, "cpus": psutil.cpu_count(),
+                                         "interrupted": interrupted, "results": results,
+                                         "tokens_per_s_gevent_over_gthread": tokens_ratio(results)})
     print(f"\nresults: {path}")
     return 130 if interrupted else 0
 

@@ -10,7 +10,9 @@ the headline: tokens/s of llmq on vLLM against vLLM's own server per level, and 
     python -m bench.gpu_report finish FILE [--bench side_by_side=DIR] [--bench batching=DIR]
 
 `finish` reads the compare-*.json that `python -m bench.bench --openai` wrote into each phase's
-folder, adds the headline, prints one summary line and exits 1 if any phase failed or timed out.
+folder (of each server's rows, one per level as bench/harness/stats.py's `summarize` makes them, it
+reads `clients`, `tokens_per_s` and `failed`), adds the headline, prints one summary line and exits
+1 if any phase failed or timed out.
 Standard library only: it must run before the install phase and where the install failed.
 """
 from __future__ import annotations

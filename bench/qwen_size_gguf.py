@@ -1,4 +1,4 @@
-"""The random-weight Qwen2.5-0.5B-size model (bench/make_qwen_size_model.py) as a GGUF file, for
+"""The random-weight Qwen2.5-0.5B-size model (`python -m bench.make_qwen_size_model`) as a GGUF file, for
 llama.cpp's `llama-server` in the side-by-side benchmark.
 
     python -m bench.qwen_size_gguf LLAMA_CPP_DIR [MODEL_DIR] [--outtype q8_0]
@@ -16,7 +16,7 @@ import runpy
 import sys
 from pathlib import Path
 
-from bench.make_qwen_size_model import build, default_out
+from tests.support.random_models import build, default_out
 
 
 def convert(llama_cpp: Path, model_dir: Path, outtype: str) -> Path:

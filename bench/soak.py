@@ -43,168 +43,78 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-import uuid
 from collections import Counter
 from pathlib import Path
 from urllib.parse import urlparse
 
-import psutil
 import requests
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench.chaos import Chaos  # noqa: E402
-from bench.redis_ha import RedisGroup  # noqa: E402
+from bench.harness.chaos import Chaos  # noqa: E402
+from bench.harness.measures import rss_mb  # noqa: E402
+from bench.harness.prompts import TOPICS  # noqa: E402
+from bench.harness.servers import Stack  # noqa: E402
+from bench.harness.soak_clients import SoakClients  # noqa: E402
 from bench.soak_responses import ResponsesSoak  # noqa: E402
 from common.sseclient import follow_job  # noqa: E402
+from tests.support.ports import redis_port  # noqa: E402
+from tests.support.processes import PrivateRedis  # noqa: E402
+from tests.support.redis_group import RedisGroup  # noqa: E402
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-TOPICS = ["the sea", "bread", "a small town", "winter", "bees", "trains", "the moon", "a garden",
-          "music", "rivers", "mountains", "a library"]
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class OwnRedis:
+    """The soak's own Redis on loopback: one redis-server, or with `ha` a Sentinel group (master,
+    replica, three sentinels) whose master a failover moves. Ports from `LLMQ_TEST_REDIS_PORTS`
+    (--redis-ports) where set."""
 
-
-class OwnStack:
-    """redis-server + worker + gunicorn API, all on 127.0.0.1, in a temporary folder."""
-
-    def __init__(self, workers: int, max_batch: int, ha: bool = False,
-                 redis_ports: str | None = None, apis: int = 1):
-        self.dir = Path(tempfile.mkdtemp(prefix="llmq-soak-"))
-        self.next_port = port_picker(redis_ports)
-        self.redis_port = None if ha else self.next_port()
-        self.api_ports = [free_port() for _ in range(apis)]
-        self.urls = [f"http://127.0.0.1:{port}" for port in self.api_ports]
-        self.url = self.urls[0]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("LLMQ_")}
-        env.update({k: v for k, v in os.environ.items() if k.startswith("LLMQ_")})
-        env.update(LLMQ_REDIS_URL=f"redis://127.0.0.1:{self.redis_port}/0",
-                   LLMQ_NAMESPACE=f"soak-{uuid.uuid4().hex[:6]}", LLMQ_MAX_BATCH_SIZE=str(max_batch),
-                   LLMQ_MODEL=os.environ.get("LLMQ_MODEL", "embedded"), LLMQ_MAX_QUEUE="10000",
-                   HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false", PYTHONUNBUFFERED="1")
-        self.procs: dict[str, subprocess.Popen] = {}
-        self.redis_group = None
-        if ha:  # workers lose jobs to kill -9: redeliver them within seconds, not minutes
-            self.redis_group = RedisGroup(self.dir / "redis", self.next_port)
-            self.redis_group.start()
-            env.update(LLMQ_REDIS_SENTINELS=self.redis_group.sentinels_setting,
-                       LLMQ_VISIBILITY_TIMEOUT_S="10", LLMQ_BROKER_RESTORE_INTERVAL_S="1",
-                       LLMQ_HEARTBEAT_S="1")
-        else:
-            self._spawn("redis", [shutil.which("redis-server"), "--port", str(self.redis_port), "--bind",
-                                  "127.0.0.1", "--save", "", "--appendonly", "yes", "--appendfsync",
-                                  "everysec", "--maxmemory-policy", "noeviction", "--dir", str(self.dir)], env)
-        self.env = env
-        for i in range(workers):
-            self.start_worker(f"worker{i}")
-        for i, port in enumerate(self.api_ports):  # more than one: resumes move between processes
-            self._spawn(f"api{i or ''}", [sys.executable, "-m", "gunicorn", "-c", "ops/gunicorn.conf.py",
-                                          "-w", "1", "-b", f"127.0.0.1:{port}", "--timeout", "300",
-                                          "api.wsgi:app"], env)
+    def __init__(self, folder: Path, ha: bool):
+        self.group = RedisGroup(folder / "redis", redis_port) if ha else None
+        self.server = None if ha else PrivateRedis(folder)
+        (self.group or self.server).start()
 
     @property
-    def redis_url(self) -> str:
-        port = self.redis_group.master_port() if self.redis_group else self.redis_port
+    def url(self) -> str:
+        port = self.group.master_port() if self.group else self.server.port
         return f"redis://127.0.0.1:{port}/0"
 
-    def worker_names(self) -> list[str]:
-        return [n for n in self.procs if n.startswith("worker")]
-
-    def start_worker(self, name: str) -> None:
-        self._spawn(name, [sys.executable, "-m", "worker", "--name", f"soak-{name}@%h"], self.env)
-
-    def kill_worker(self, name: str) -> None:
-        self.procs[name].kill()
-        self.procs[name].wait(30)
-
-    def _spawn(self, name: str, cmd: list[str], env: dict) -> None:
-        log = open(self.dir / f"{name}.log", "a")
-        self.procs[name] = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout: float = 300) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            for name, proc in self.procs.items():
-                if proc.poll() is not None:
-                    raise RuntimeError(f"{name} exited; see {self.dir / (name + '.log')}")
-            try:
-                if all(requests.get(f"{url}/health", timeout=5).json().get("workers") for url in self.urls):
-                    return
-            except (requests.RequestException, ValueError):
-                pass
-            time.sleep(0.5)
-        raise TimeoutError(f"stack not ready; logs in {self.dir}")
+    def stack_env(self) -> dict[str, str]:
+        if not self.group:
+            return {}
+        # workers lose jobs to kill -9: redeliver them within seconds, not minutes
+        return {"LLMQ_REDIS_SENTINELS": self.group.sentinels_setting, "LLMQ_VISIBILITY_TIMEOUT_S": "10",
+                "LLMQ_BROKER_RESTORE_INTERVAL_S": "1", "LLMQ_HEARTBEAT_S": "1"}
 
     def pids(self) -> dict[str, int]:
-        """Every process of the stack by name (a restarted one keeps its name)."""
-        pids = {n: p.pid for n, p in self.procs.items() if p.poll() is None}
-        return {**pids, **(self.redis_group.pids() if self.redis_group else {})}
+        return self.group.pids() if self.group else {"redis": self.server.proc.pid}
 
-    def stop(self, keep_logs: bool = False) -> None:
-        apis = [n for n in self.procs if n.startswith("api")]
-        for name in (*apis, *self.worker_names(), "redis"):
-            proc = self.procs.get(name)
-            if proc and proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                try:
-                    proc.wait(30)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-        if self.redis_group:
-            self.redis_group.stop()
-        if keep_logs:
-            print(f"logs kept in {self.dir}", file=sys.stderr)
-        else:
-            shutil.rmtree(self.dir, ignore_errors=True)
+    def stop(self) -> None:
+        (self.group or self.server).stop()
 
 
-def port_picker(span: str | None):
-    """Ports for the Redis servers and sentinels: from "first-last" if given, else any free port."""
-    if not span:
-        return free_port
-    ports = iter(range(int(span.split("-")[0]), int(span.split("-")[1]) + 1))
-
-    def next_port() -> int:
-        for port in ports:
-            with socket.socket() as s:
-                try:
-                    s.bind(("127.0.0.1", port))
-                    return port
-                except OSError:
-                    continue
-        raise RuntimeError(f"no free port left in {span}")
-    return next_port
+def own_stack(args, folder: Path) -> tuple[Stack, OwnRedis]:
+    """Redis, `--workers` workers and `--apis` API processes, all on 127.0.0.1, logs in `folder`."""
+    if args.redis_ports:
+        os.environ["LLMQ_TEST_REDIS_PORTS"] = args.redis_ports
+    own_redis = OwnRedis(folder, ha=args.chaos)
+    env = {"LLMQ_MAX_BATCH_SIZE": str(args.max_batch), "LLMQ_MAX_QUEUE": "10000",
+           "TOKENIZERS_PARALLELISM": "false", **own_redis.stack_env()}
+    stack = Stack(own_redis.url, os.environ.get("LLMQ_MODEL", "embedded"), folder, env, workers=args.workers,
+                  apis=args.apis, result_cache=True, named_workers=True, api_timeout_s=300)
+    return stack, own_redis
 
 
-def rss_mb(pid: int) -> float:
-    """Resident memory of a process and its children (gunicorn's worker), in MiB."""
-    try:
-        proc = psutil.Process(pid)
-        procs = [proc, *proc.children(recursive=True)]
-        return round(sum(p.memory_info().rss for p in procs) / 2**20, 1)
-    except psutil.NoSuchProcess:
-        return float("nan")
-
-
-class Soak:
+class Soak(SoakClients):
     def __init__(self, url: str, args: argparse.Namespace):
-        self.url, self.args = url, args
-        self.lock = threading.Lock()
-        self.counts: Counter[str] = Counter()
+        super().__init__(args)
+        self.url = url
         self.jobs: dict[str, str] = {}  # job id -> final status seen by its client
-        self.stop_at = time.monotonic() + args.duration
         self.bad_answers: list[dict] = []
 
     # --- one client --------------------------------------------------------------------------
@@ -294,24 +204,6 @@ class Soak:
             time.sleep(0.25)
         return job
 
-    def count(self, key: str) -> None:
-        with self.lock:
-            self.counts[key] += 1
-
-    def note(self, message: str) -> None:
-        if self.args.verbose:
-            print(message, file=sys.stderr)
-
-    # --- the run -----------------------------------------------------------------------------
-    def run(self) -> dict:
-        threads = [threading.Thread(target=self.client, args=(n,), daemon=True)
-                   for n in range(self.args.clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(self.args.duration + self.args.drain + 60)
-        return self.reconcile()
-
     def reconcile(self) -> dict:
         """Read every submitted job back: each must have ended; a succeeded one's log, replayed
         from the start, must give exactly its text."""
@@ -400,7 +292,7 @@ def main(argv: list[str] | None = None) -> int:
     args.duration = args.duration if args.duration is not None else (300 if args.chaos else 120)
     args.workers = args.workers or (2 if args.chaos else 1)
 
-    stack = chaos = None
+    stack = own_redis = chaos = folder = None
     if args.url:
         if urlparse(args.url).hostname not in LOOPBACK:
             parser.error("--url must point at this machine (127.0.0.1, localhost or ::1)")
@@ -411,12 +303,13 @@ def main(argv: list[str] | None = None) -> int:
         fixed = {k: v for k, v in fixed.items() if v}
         pids, redis_url = (lambda: fixed), (lambda: args.redis_url)
     else:
-        stack = OwnStack(args.workers, args.max_batch, ha=args.chaos, redis_ports=args.redis_ports,
-                         apis=args.apis)
-        url, pids, redis_url = stack.url, stack.pids, (lambda: stack.redis_url)
+        folder = Path(tempfile.mkdtemp(prefix="llmq-soak-"))
     try:
-        if stack:
-            stack.wait_ready()
+        if folder:
+            stack, own_redis = own_stack(args, folder)
+            url, redis_url = stack.url, (lambda: own_redis.url)
+            pids = lambda: {**stack.pids(), **own_redis.pids()}  # noqa: E731
+            stack.wait_ready(300)
             requests.post(f"{url}/v1/jobs", json={"prompt": "warm up", "max_tokens": 4, "cache": False},
                           timeout=30)  # first request loads the tokenizer in the API
             time.sleep(2)
@@ -429,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.chaos:
             low, high = map(float, args.kill_every.split("-"))
             failover_at = args.failover_at if args.failover_at is not None else args.duration / 2
-            chaos = Chaos(stack, (low, high), failover_at, soak.stop_at, seed=args.seed)
+            chaos = Chaos(stack, own_redis.group, (low, high), failover_at, soak.stop_at, seed=args.seed)
             chaos.start()
         report = soak.run()
         elapsed = time.monotonic() - started
@@ -445,7 +338,13 @@ def main(argv: list[str] | None = None) -> int:
             chaos=chaos.events if chaos else None, samples=sampler.samples)
     finally:
         if stack:
-            stack.stop(keep_logs=args.keep_logs)
+            stack.stop(forget=False)  # its Redis goes with it
+        if own_redis:
+            own_redis.stop()
+        if folder and args.keep_logs:
+            print(f"logs kept in {folder}", file=sys.stderr)
+        elif folder:
+            shutil.rmtree(folder, ignore_errors=True)
     return print_report(report, args.json, strict=not args.chaos)
 
 

@@ -16,14 +16,15 @@ submitted = completed + incomplete + cancelled + failed (each with its reason), 
 from __future__ import annotations
 
 import random
-import sys
-import threading
 import time
 from collections import Counter
 
 import httpx
 import openai
 import requests
+
+from bench.harness.clients import served_model
+from bench.harness.soak_clients import SoakClients
 
 TERMINAL = {"response.completed", "response.incomplete", "response.failed"}
 ENDED = {"completed", "incomplete", "cancelled", "failed"}
@@ -83,16 +84,15 @@ class Followed:
         return joined
 
 
-class ResponsesSoak:
+class ResponsesSoak(SoakClients):
     def __init__(self, urls: list[str], args):
-        self.urls, self.args = urls, args
+        super().__init__(args)
+        self.urls = urls
         self.clients = [client_of(url) for url in urls]
-        self.model = requests.get(f"{urls[0]}/v1/models", timeout=30).json()["data"][0]["id"]
-        self.lock = threading.Lock()
-        self.counts: Counter[str] = Counter(streams_with_error_event=0, streams_with_gap_or_repeat=0)
+        self.model = served_model(urls[0])
+        self.counts.update(streams_with_error_event=0, streams_with_gap_or_repeat=0)
         self.submitted: dict[str, str] = {}  # response id -> the client's action
         self.bad_streams: list[dict] = []
-        self.stop_at = time.monotonic() + args.duration
 
     # --- one client --------------------------------------------------------------------------
     def client(self, n: int) -> None:
@@ -229,23 +229,6 @@ class ResponsesSoak:
         self.count(f"refused_{exc.status_code}")
         retry = exc.response.headers.get("Retry-After", "1") if exc.response is not None else "1"
         time.sleep(min(float(retry), 5))
-
-    def count(self, key: str) -> None:
-        with self.lock:
-            self.counts[key] += 1
-
-    def note(self, message: str) -> None:
-        if self.args.verbose:
-            print(message, file=sys.stderr)
-
-    # --- the run -----------------------------------------------------------------------------
-    def run(self) -> dict:
-        threads = [threading.Thread(target=self.client, args=(n,), daemon=True) for n in range(self.args.clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(self.args.duration + self.args.drain + 60)
-        return self.reconcile()
 
     def reconcile(self) -> dict:
         """Every submitted response read back: ended, and a failed one with its reason."""

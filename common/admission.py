@@ -14,20 +14,29 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import ContextManager
+from typing import ContextManager, NamedTuple
 
 from common.catalog import Catalog
-from common.celery_app import TASK_TICKET, task_options
 from common.errors import ApiError
 from common.eta import WorkerLoad, retry_after
 from common.models import ModelRef, ModelUnavailable
+from common.new_jobs import Created, NewJob
 from common.offload import off_the_loop
-from common.prefix_affinity import prefix_blocks
+from common.scheduling.prefix_affinity import prefix_blocks
 from common.prompting import PromptBuilder, TemplateError
 from common.schemas import JobRequest, JobStatus
 from common.settings import Settings
 from common.stores import Stores
+from common.tickets import Tickets
 from common.webhooks import DEFAULT_JOB_EVENTS, WebhookUrlError, validate_webhook_url
+
+
+class Admitted(NamedTuple):
+    """What `Admission.submit` did: the HTTP status (200 answered from the cache, 202 queued),
+    the job's record, and, when asked for, the queued jobs ahead of it."""
+    status: int
+    record: dict
+    ahead: int | None = None
 
 
 class Admission:
@@ -40,6 +49,7 @@ class Admission:
         self.catalog = Catalog.from_settings(self.settings)
         self._models: dict[str | None, tuple[ModelRef, PromptBuilder, Settings]] = {}
         self._swept_at = 0.0
+        self.tickets = Tickets(self.settings, stores.keys, stores.celery)
 
     def model(self, name: str | None = None) -> tuple[ModelRef, PromptBuilder]:
         """The catalog model a request names (None: the default) and its prompt builder: 404 for a
@@ -80,18 +90,19 @@ class Admission:
         return ref, builder, settings
 
     def submit(self, req: JobRequest, *, owner: str | None, priority: str, weight: float = 1.0,
-               webhook: dict | None = None, extra: dict | None = None,
-               hold: Callable[[str], ContextManager] = lambda job_id: contextlib.nullcontext()) -> tuple[int, dict]:
-        """Returns (HTTP status, job record): 200 for a cache hit, 202 for a queued job. `webhook`
-        comes from `webhook_fields`; `extra`, more fields for the record (a response's own:
-        common/responses_request.py); `hold(job_id)` is held while the job is created and its
-        ticket sent (the API's per-key concurrency slot)."""
+               webhook: dict | None = None, extra: dict | None = None, place: bool = False,
+               hold: Callable[[str], ContextManager] = lambda job_id: contextlib.nullcontext()) -> Admitted:
+        """200 and the job record for a cache hit, 202 and the record for a queued job (with
+        `place`, the jobs ahead of it as it was queued). `webhook` comes from `webhook_fields`;
+        `extra`, more fields for the record (a response's own: common/responses_request.py);
+        `hold(job_id)` is held while the job is created with its ticket (the API's per-key
+        concurrency slot). A new job, its ticket and its place are one round trip to Redis."""
         fields, digest = self.prepare(req, owner, priority)
         fields.update(webhook or {})
         fields.update(extra or {})
         answered = self._answer_from_cache(fields, digest)
         if answered is not None:
-            return 200, answered
+            return Admitted(200, answered)
 
         fields.update(status=JobStatus.QUEUED, cache_key=digest,
                       **self._deadlines(req, fields["created_at"]))
@@ -100,16 +111,18 @@ class Admission:
         self.sweep_expired()
         with hold(job_id):
             if coalesce and self.store.attach(job_id, fields, coalesce):
-                return 202, self.store.get(job_id)  # rides on an identical queued or running job
+                return Admitted(202, self.store.get(job_id))  # rides on an identical queued or running job
 
-            def create() -> bool:
-                return self.store.create(job_id, fields, self.settings.max_queue, weight=weight, digest=coalesce)
+            def create() -> Created | None:
+                return self.store.create(job_id, fields, self.settings.max_queue, weight=weight, digest=coalesce,
+                                         ticket=self.tickets.for_job(job_id, fields["model"], fields["queue"]),
+                                         place=place)
             # a full queue may be full of jobs past their deadline: they leave it, and we count again
-            if not create() and not (self.store.sweep_expired() and create()):
+            created = create() or (self.store.sweep_expired() and create())
+            if not created:
                 raise ApiError(429, "queue_full", f"{self.settings.max_queue} jobs are already waiting; "
                                                   "retry later", {"Retry-After": str(self.retry_after())})
-            self._send_ticket(job_id, fields)
-        return 202, self.store.get(job_id)
+        return Admitted(202, created.record, created.ahead)
 
     def prepare(self, req: JobRequest, owner: str | None, priority: str) -> tuple[dict, str | None]:
         """Everything a job record needs from a validated request: the model check, the prompt's
@@ -134,7 +147,7 @@ class Admission:
         fields = {
             "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
             "prompt_tokens": len(prompt_ids), "queue": self.stores.keys.queue(model.name),
-            "prefix_blocks": prefix_blocks(prompt_ids),  # where its start is cached (common/prefix_affinity.py)
+            "prefix_blocks": prefix_blocks(prompt_ids),  # where its start is cached (common/scheduling/prefix_affinity.py)
             "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
             "owner": owner, "priority": priority,
             "max_tokens": sampling["max_tokens"],  # read on its own by the ETAs (common/eta.py)
@@ -161,26 +174,36 @@ class Admission:
         (cache, coalescing, the fair queue, the same workers) but at the "batch" level, outside the
         interactive admission bound and per-key limits, and never as the job others coalesce onto
         (an interactive request must not wait at batch priority). Idempotent: a job that exists is
-        left as it is, except that a queued one gets another ticket (one may have been lost when the
-        caller died between creating the job and sending it; a spare ticket does nothing)."""
-        record = self.store.get(job_id)
-        if record is not None:
-            if record.get("status") == JobStatus.QUEUED and not record.get("coalesced_into"):
-                self.send_spare_ticket(record)
-            return
-        fields = {**fields, "id": job_id, "created_at": time.time(), "priority": "batch"}
-        if self._answer_from_cache(fields, digest) is not None:
-            return
-        fields.update(status=JobStatus.QUEUED, cache_key=digest, queue_deadline=deadline,
-                      run_timeout_s=self.settings.run_timeout_s or None)
-        if digest and self.settings.coalesce and self.store.attach(job_id, fields, digest):
-            return
-        self.store.create(job_id, fields, 0, weight=weight, queued_key=queued_key)
-        self._send_ticket(job_id, fields, spare=True)
+        left as it is, except that a queued one gets a spare ticket (harmless: a ticket that finds
+        nothing to run does nothing)."""
+        self.admit_batch_lines([(job_id, fields, digest)], weight=weight, queued_key=queued_key, deadline=deadline)
+
+    def admit_batch_lines(self, lines: list[tuple[str, dict, str | None]], *,
+                          weight: float, queued_key: str, deadline: float) -> None:
+        """`admit_batch_line` of each (job id, fields, digest), as a burst: the lines' records are
+        read in one round trip and the new jobs created, with their tickets, in one more."""
+        new: list[NewJob] = []
+        for (job_id, fields, digest), record in zip(lines, self.store.get_many([line[0] for line in lines])):
+            if record is not None:
+                if record.get("status") == JobStatus.QUEUED and not record.get("coalesced_into"):
+                    self.send_spare_ticket(record)
+                continue
+            fields = {**fields, "id": job_id, "created_at": time.time(), "priority": "batch"}
+            if self._answer_from_cache(fields, digest) is not None:
+                continue
+            fields.update(status=JobStatus.QUEUED, cache_key=digest, queue_deadline=deadline,
+                          run_timeout_s=self.settings.run_timeout_s or None)
+            if digest and self.settings.coalesce and self.store.attach(job_id, fields, digest):
+                continue
+            ticket = self.tickets.for_job(job_id, fields["model"], fields["queue"], spare=True)
+            new.append(NewJob(job_id, fields, weight, ticket=ticket))
+        if new:
+            self.store.create_many(new, 0, queued_key)
 
     def send_spare_ticket(self, record: dict) -> None:
-        """One more ticket for a queued job's model queue (see `_send_ticket`)."""
-        self._send_ticket(record["id"], record, spare=True)
+        """One more ticket for a queued job's model queue (a spare one: see `Tickets.for_job`)."""
+        ticket = self.tickets.for_job(record["id"], record["model"], record["queue"], spare=True)
+        self.stores.redis.lpush(ticket.list_key, ticket.message)
 
     def sweep_expired(self) -> None:
         """Expire queued jobs past their deadline, at most once a second per process: a burst of
@@ -194,22 +217,6 @@ class Admission:
         """Seconds until the full queue has room again, at the rate the workers measure."""
         excess = max(self.store.queue_depth() - self.settings.max_queue, 0)
         return retry_after(excess, [WorkerLoad.from_heartbeat(w) for w in self.stores.registry.live()])
-
-    def _send_ticket(self, job_id: str, fields: dict, spare: bool = False) -> None:
-        """The Celery message: a ticket for the model's fair queue (common/fair_queue.py). A spare
-        ticket (a batch line's, possibly sent twice) gets a task id of its own, since a ticket's id
-        maps to the job it took; and its failure leaves the job queued for the batch's next pass."""
-        options = task_options(self.settings, job_id, fields["model"])
-        if spare:
-            options["task_id"] = uuid.uuid4().hex
-        try:
-            self.stores.celery.send_task(TASK_TICKET, args=[job_id, fields["model"]], queue=fields["queue"],
-                                         **options)
-        except Exception:
-            if not spare:
-                self.store.finish(job_id, JobStatus.FAILED, finish_reason="error",
-                                  error={"type": "enqueue_failed", "message": "could not reach the broker"})
-            raise
 
     def _deadlines(self, req: JobRequest, now: float) -> dict:
         """The job's queue deadline (epoch s) and run limit (s): the request may only shorten the

@@ -32,7 +32,7 @@ class ApiKey:
     rpm: int | None = None  # job submissions per minute; None: the server default
     concurrent: int | None = None  # jobs queued or running at once; None: the server default
     streams: int | None = None  # open streams at once; None: the server default
-    weight: float = 1.0  # fair share of the queue against other keys (common/fair_queue.py)
+    weight: float = 1.0  # fair share of the queue against other keys (common/scheduling/fair_queue.py)
 
 
 def hash_key(key: str) -> str:

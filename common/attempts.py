@@ -2,11 +2,11 @@
 
 A job whose worker was lost usually continues from its log; one that cannot (docs/reliability.md)
 starts over, and its log holds the abandoned attempt's chunks, a `restart`, then the new
-attempt's. A Responses stream has no way to say "drop what you have" (its events are numbered,
-and clients resume by number): it goes
-on unseen when nothing of the answer was shown yet, or when the new attempt first says again what
-was shown (a greedy answer does), showing only what it adds. Only a new attempt that says
-something else cannot be joined (`diverged`).
+attempt's. An OpenAI stream has no way to say "drop what you have" (chat chunks cannot be taken
+back; Responses events are numbered and clients resume by number): it goes on unseen when nothing
+of the answer was shown yet, or when the new attempt first says again what was shown (a greedy or
+seeded answer does), showing only what it adds. Only a new attempt that says something else
+cannot be joined (`diverged`); the stream then ends with a `worker_lost` error.
 """
 from __future__ import annotations
 
@@ -29,6 +29,16 @@ class AttemptJoin:
             text, self._again = self._again[len(self.seen):], None
         self.seen += text
         return text
+
+    def take(self, text: str, logprobs: list | None = None) -> tuple[str, list | None] | None:
+        """A chunk's text and logprobs as new to the stream, or None while a new attempt says again
+        what was shown. Of a chunk that ends such a repeat, which tokens are new is not known: its
+        logprobs are dropped (the old ones stand)."""
+        again = self.saying_again
+        text = self.feed(text)
+        if again and not text:
+            return None
+        return text, None if again else logprobs
 
     def restart(self, shown: bool) -> None:
         """The job started over. `shown`: some of its answer reached the client; if not, the new

@@ -17,7 +17,6 @@ from pydantic import ValidationError
 
 from common.admission import Admission
 from common.errors import ApiError, describe_validation
-from common.logprobs import choice_logprobs
 from common.openai_format import Surface, error_body
 from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from common.schemas import JobStatus
@@ -130,9 +129,7 @@ def result_of(surface: Surface, custom_id: str, record: dict, ending: str | None
     or 'batch_expired') names why a job that was stopped before its end did not finish."""
     job_id, status = record["id"], record.get("status")
     if status == JobStatus.SUCCEEDED:
-        response = surface.response(record)
-        response["choices"][0]["logprobs"] = choice_logprobs(surface.chat, record.get("logprobs"))
-        return True, _line(job_id, custom_id, 200, response)
+        return True, _line(job_id, custom_id, 200, surface.response(record))
     error = record.get("error") or {}
     if status in (JobStatus.CANCELLED, JobStatus.EXPIRED) and ending and error.get("type") != "run_timeout":
         return False, stopped(job_id, custom_id, ending)

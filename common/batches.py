@@ -22,10 +22,10 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from common.fair_queue import ANONYMOUS
 from common.files import page_of_index
 from common.keys import Keys
 from common.lua import script
+from common.scheduling.fair_queue import ANONYMOUS
 
 if TYPE_CHECKING:
     from common.webhooks import Webhooks

@@ -30,7 +30,7 @@ def make_celery(settings: Settings, consumer: bool = False) -> Celery:
     delay, not a bound on job length; each worker sweeps for lost messages every
     `broker_restore_interval_s`. Prefetch 1 per thread: a worker reserves only as many jobs as its
     engine can batch, leaving the rest on the queue for other workers. A message is a ticket
-    for the model's fair queue (`common/fair_queue.py`), which decides which job runs, priorities
+    for the model's fair queue (`common/scheduling/fair_queue.py`), which decides which job runs, priorities
     included; the priority lists stay configured so older clients' messages are still read.
 
     No result backend: a job's state and answer live in llmq's own job record, and Flower reads a
@@ -65,8 +65,8 @@ def make_celery(settings: Settings, consumer: bool = False) -> Celery:
         worker_prefetch_multiplier=1,
         task_serializer="json",
         accept_content=["json"],
-        worker_send_task_events=True,
-        task_send_sent_event=True,
+        worker_send_task_events=True,  # Flower learns of a task from its worker's task-received event
+        task_send_sent_event=False,  # so a sent event is a second publish per task that tells nobody anything
         control_exchange=keys.control_exchange,
         event_exchange=keys.event_exchange,
         worker_hijack_root_logger=False,

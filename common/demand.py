@@ -3,7 +3,7 @@
 Counting the broker's queue (what KEDA's Redis list scaler does, `LLEN`) undercounts an llmq fleet:
 a worker takes tickets off that list as soon as it has a free thread, and holds many jobs at once,
 so a saturated fleet shows an empty list and gets scaled in. What a model needs is its queued jobs
-(admitted, not yet picked by any worker: the fair queue, common/fair_queue.py) plus the jobs its
+(admitted, not yet picked by any worker: the fair queue, common/scheduling/fair_queue.py) plus the jobs its
 workers hold (picked and running), over the slots one worker has (its batch size). `/metrics`
 serves the figures per model (api/metrics.py); deploy/kubernetes/ scales workers on them.
 """

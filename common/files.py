@@ -17,8 +17,8 @@ from typing import Any
 
 import redis
 
-from common.fair_queue import ANONYMOUS
 from common.keys import Keys
+from common.scheduling.fair_queue import ANONYMOUS
 
 CHUNK_CHARS = 4 * 1024 * 1024
 _INT_FIELDS = ("bytes", "created_at", "expires_at", "lines")

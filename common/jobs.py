@@ -20,11 +20,13 @@ from typing import Any, NamedTuple, TypeVar
 import redis
 
 from common.counters import Counters
-from common.fair_queue import FairQueue, fair_place
+from common.scheduling.fair_queue import FairQueue
 from common.job_record import decode_record, encode_fields, encode_mapping
 from common.keys import Keys
 from common.lua import script
-from common.schemas import PRIORITY_LEVELS, JobStatus
+from common.new_jobs import Created, NewJob, create_call, created
+from common.schemas import JobStatus
+from common.tickets import Ticket
 from common.token_log import TokenLog
 
 E = TypeVar("E", bound=enum.Enum)
@@ -83,29 +85,28 @@ class JobStore:
 
     # --- lifecycle -----------------------------------------------------------------------
     def create(self, job_id: str, fields: dict[str, Any], queue_limit: int, weight: float = 1.0,
-               digest: str | None = None, queued_key: str | None = None) -> bool:
+               digest: str | None = None, queued_key: str | None = None, ticket: Ticket | None = None,
+               place: bool = False) -> Created | None:
         """Insert a queued job, in its key's fair-queue list, unless `queue_limit` queued jobs
-        already wait. False when full. The key's `weight` sets its fair share (see
-        common/fair_queue.py). With a request `digest` the job becomes the one identical
+        already wait (None: full). The key's `weight` sets its fair share (see
+        common/scheduling/fair_queue.py). With a request `digest` the job becomes the one identical
         requests attach to (`attach`). A `queue_deadline` field also indexes the job for the
-        expiry sweep (first, so no queued job is ever missing from the index; an index entry
-        without a job is dropped by the sweep). `queued_key` files the job in another queued set
-        than the interactive one whose size is the admission bound (a batch's lines)."""
-        now = fields.get("created_at", time.time())
-        if fields.get("queue_deadline"):
-            self.r.zadd(self.keys.deadlines, {job_id: fields["queue_deadline"]})
-        level = PRIORITY_LEVELS[fields.get("priority") or "normal"]
-        place = fair_place(self.keys, fields.get("queue") or "default", level, fields.get("owner"), weight)
-        fields = {**fields, "fair_list": place.jobs, "fair_owner": place.owner, "priority_level": level}
-        result = self._create(
-            keys=[self.keys.job(job_id), queued_key or self.keys.queued, place.owners, place.jobs, place.meta,
-                  self.keys.inflight(digest or "")],
-            args=[queue_limit, now, job_id, self.job_ttl_s, place.owner, place.cost,
-                  "1" if digest else "0", *encode_fields(fields)],
-        )
-        if result == -1:
-            raise ValueError(f"job {job_id} exists")
-        return result == 1
+        expiry sweep. `queued_key` files the job in another queued set than the interactive one
+        whose size is the admission bound (a batch's lines). All in one step (one Lua call), with
+        the job's `ticket` pushed to the broker when given, and, with `place`, the jobs ahead of
+        it read as they stand (`Created.ahead`)."""
+        call = create_call(self.keys, self.job_ttl_s, NewJob(job_id, fields, weight, digest, ticket), queue_limit,
+                           queued_key, place)
+        return created(call, self._create(keys=call.keys, args=call.args))
+
+    def create_many(self, jobs: list[NewJob], queue_limit: int, queued_key: str | None = None) -> list[Created | None]:
+        """`create` of each job, in order, in one pipeline: a burst (a batch's lines) in one
+        round trip, or two when Redis must first be told the script."""
+        calls = [create_call(self.keys, self.job_ttl_s, job, queue_limit, queued_key, False) for job in jobs]
+        pipe = self.r.pipeline(transaction=False)
+        for call in calls:
+            self._create(keys=call.keys, args=call.args, client=pipe)
+        return [created(call, reply) for call, reply in zip(calls, pipe.execute())]
 
     def attach(self, job_id: str, fields: dict[str, Any], digest: str) -> str | None:
         """Create this job as a follower of the queued or running job generating the same

@@ -137,7 +137,7 @@ class Keys:
 
     # --- fair share between keys, coalescing -----------------------------------------------
     def fair_prefix(self, queue: str) -> str:
-        """Prefix of a model queue's fair-queue keys (see common/fair_queue.py)."""
+        """Prefix of a model queue's fair-queue keys (see common/scheduling/fair_queue.py)."""
         return f"{self.ns}:fair:{queue}:"
 
     def fair_owners(self, queue: str, level: int) -> str:
@@ -155,7 +155,7 @@ class Keys:
 
     def worker_queue(self, queue: str, worker: str) -> str:
         """Celery queue that only one worker of a model queue consumes: the tickets another worker
-        sends it, to run a job whose prompt prefix it caches (common/prefix_affinity.py)."""
+        sends it, to run a job whose prompt prefix it caches (common/scheduling/prefix_affinity.py)."""
         return f"{queue}.worker.{worker}"
 
     def affinity(self, queue: str, block: str) -> str:

@@ -10,6 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from common.openai_models import Usage
 from common.schemas import JobStatus
 
 ResponseStatus = Literal["queued", "in_progress", "completed", "incomplete", "failed", "cancelled"]
@@ -61,8 +62,9 @@ class ResponseUsage(BaseModel):
 
     @classmethod
     def of(cls, record: dict) -> "ResponseUsage":
-        prompt, completion = record.get("prompt_tokens", 0), record.get("completion_tokens", 0)
-        return cls(input_tokens=prompt, output_tokens=completion, total_tokens=prompt + completion)
+        usage = Usage.of(record)
+        return cls(input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
+                   total_tokens=usage.total_tokens)
 
 
 class ResponseError(BaseModel):

@@ -193,6 +193,12 @@ class Settings(BaseSettings):
     control_concurrency: int = Field(8, ge=1, description="tasks (webhook deliveries, batch steps) a "
                                      "control worker runs at once")
 
+    @property
+    def heartbeat_ttl_s(self) -> int:
+        """Seconds what a worker renews on its heartbeat (its registry entry, job leases, free-slot
+        count, model-load lock) outlives its last one: three heartbeats, at least 3."""
+        return max(3, int(3 * self.heartbeat_s))
+
     @field_validator("catalog", mode="before")
     @classmethod
     def _no_catalog_when_empty(cls, value):

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import AsyncIterable, AsyncIterator, Iterable, Iterator
 from dataclasses import dataclass
 
 
@@ -16,8 +16,9 @@ class SSEEvent:
         return json.loads(self.data)
 
 
-def iter_sse(lines: Iterable[str | bytes]) -> Iterator[SSEEvent]:
-    """Parse an SSE byte/line stream (e.g. `requests.Response.iter_lines()`); comments skipped."""
+def iter_sse(lines: Iterable[str | bytes], comments: bool = False) -> Iterator[SSEEvent]:
+    """Parse an SSE byte/line stream (e.g. `requests.Response.iter_lines()`); comments skipped, or
+    with `comments` yielded as events named ":" (the OpenAI stream's places in line)."""
     event_id, event, data = None, "message", []
     for line in lines:
         if isinstance(line, bytes):
@@ -27,7 +28,8 @@ def iter_sse(lines: Iterable[str | bytes]) -> Iterator[SSEEvent]:
                 yield SSEEvent(event_id, event, "\n".join(data))
             event_id, event, data = None, "message", []
         elif line.startswith(":"):
-            continue
+            if comments:
+                yield SSEEvent(None, ":", line[1:].lstrip())
         else:
             name, _, value = line.partition(":")
             value = value[1:] if value.startswith(" ") else value
@@ -37,6 +39,17 @@ def iter_sse(lines: Iterable[str | bytes]) -> Iterator[SSEEvent]:
                 event = value
             elif name == "data":
                 data.append(value)
+
+
+async def aiter_sse(lines: AsyncIterable[bytes]) -> AsyncIterator[SSEEvent]:
+    """`iter_sse` over an async stream of lines (aiohttp's `response.content`)."""
+    block = []
+    async for line in lines:
+        block.append(line.rstrip(b"\r\n"))
+        if not block[-1]:
+            for event in iter_sse(block):
+                yield event
+            block = []
 
 
 @dataclass

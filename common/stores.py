@@ -9,13 +9,13 @@ from celery import Celery
 
 from common.batches import BatchStore
 from common.counters import Counters
-from common.fair_queue import FairQueue
 from common.files import FileStore
 from common.jobs import JobStore
 from common.keys import Keys
 from common.model_loads import ModelLoads
 from common.redis_client import redis_client
 from common.result_cache import ResultCache
+from common.scheduling.fair_queue import FairQueue
 from common.settings import Settings
 from common.token_log import TokenLog
 from common.webhooks import Webhooks, job_webhook_hook

@@ -25,6 +25,7 @@ import redis
 from common.job_record import decode_record, encode_fields, encode_mapping
 from common.keys import Keys
 from common.lua import script
+from common.openai_models import Usage
 from common.schemas import JobStatus
 
 log = logging.getLogger(__name__)
@@ -54,10 +55,8 @@ def parse_announcement(message: str) -> Announcement | None:
 
 def done_payload(record: dict[str, Any]) -> dict[str, Any]:
     """The `done` event body: final status, finish reason, usage, error."""
-    prompt, completion = record.get("prompt_tokens", 0), record.get("completion_tokens", 0)
     return {"status": record.get("status"), "finish_reason": record.get("finish_reason"),
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion},
+            "usage": Usage.of(record).model_dump(),
             "error": record.get("error"), "cached": record.get("cached", False)}
 
 

@@ -26,6 +26,7 @@ import redis
 
 from common.keys import Keys
 from common.lua import script
+from common.openai_models import Usage
 from common.settings import Settings
 from common.webhook_rules import WebhookUrlError, validate_webhook_url as _validate_url
 
@@ -134,14 +135,12 @@ def webhook_events_of(record: dict[str, Any]) -> list[str]:
 
 def job_event_data(record: dict[str, Any]) -> dict[str, Any]:
     """A job as a webhook carries it: final status, text, usage and timestamps."""
-    prompt, completion = record.get("prompt_tokens", 0), record.get("completion_tokens", 0)
     return {"id": record["id"], "object": "job", "status": record.get("status"),
             "model": record.get("model"), "created_at": record.get("created_at"),
             "started_at": record.get("started_at"), "finished_at": record.get("finished_at"),
             "text": record.get("text", ""), "finish_reason": record.get("finish_reason"),
             "error": record.get("error"), "cached": record.get("cached", False),
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion}}
+            "usage": Usage.of(record).model_dump()}
 
 
 def job_webhook_hook(webhooks: Webhooks):

@@ -8,8 +8,8 @@ from typing import Any
 
 import redis
 
-from common.fair_queue import FairQueue
 from common.keys import Keys
+from common.scheduling.fair_queue import FairQueue
 
 
 class WorkerRegistry:

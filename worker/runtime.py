@@ -19,12 +19,14 @@ import torch
 
 from common.catalog import CatalogModel
 from common.models import ModelRef
+from common.scheduling.free_slots import FreeSlots
+from common.scheduling.stranded import StrandedJobs
 from common.settings import Settings
 from common.stores import Stores
+from common.tickets import Tickets
 from worker.engine.loop import EngineLoop
 from worker.engine.registry import build_engine
 from worker.tuning import resolve as resolve_engine
-from worker.free_slots import FreeSlots
 from worker.job_runner import JobRunner
 from worker.metrics import WorkerMetrics
 from worker import orphan_tickets
@@ -55,8 +57,9 @@ class WorkerRuntime:
         self.free_slots: FreeSlots | None = None  # only prefix affinity reads it: off, no write per job
         if settings.prefix_affinity_wait_s:
             self.free_slots = FreeSlots(self.redis, self.keys.free_slots(self.name), settings.max_batch_size,
-                                        ttl_s=max(3, int(3 * settings.heartbeat_s)))
+                                        ttl_s=settings.heartbeat_ttl_s)
         self.meter = LoadMeter()
+        self.stranded = StrandedJobs()
         self.process_info: Callable[[], dict] = dict  # what the worker process adds (its room for models)
         self.runner: JobRunner | None = None  # built by the Celery glue with the first ticket
         self._stopping = threading.Event()
@@ -133,13 +136,36 @@ class WorkerRuntime:
             info["prefix_cache"] = {"hit_rate": round(prefix.stats.hit_rate, 4), "blocks": len(prefix),
                                     "hit_tokens": prefix.stats.hit_tokens,
                                     "queried_tokens": prefix.stats.queried_tokens}
-        self.stores.registry.heartbeat(info, ttl_s=max(3, int(3 * self.settings.heartbeat_s)))
+        self.stores.registry.heartbeat(info, ttl_s=self.settings.heartbeat_ttl_s)
         if self.free_slots is not None:
             self.free_slots.publish()
         self.leases.renew()  # keep the jobs (and broker messages) this worker holds
         self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
         if moved := orphan_tickets.rescue(self.redis, self.keys, self.queue):
             log.info("moved %d ticket(s) from dead workers' own queues to %s", moved, self.queue)
+        self._rescue_stranded_jobs()
+
+    def send_spare_ticket(self, worker: str | None = None) -> None:
+        """A spare ticket on another worker's own queue (for the job prefix affinity leaves it), or on
+        the model's queue (a preempted batch line, a job whose ticket was lost). A ticket that finds
+        nothing to run does nothing."""
+        queue = self.queue if worker is None else self.keys.worker_queue(self.queue, worker)
+        ticket = Tickets(self.settings, self.keys, self.stores.celery).for_job("", self.model.name, queue, spare=True)
+        self.redis.lpush(ticket.list_key, ticket.message)
+
+    def _rescue_stranded_jobs(self) -> None:
+        """Spare tickets for queued jobs whose own ticket was lost (common/scheduling/stranded.py)."""
+        pipe = self.redis.pipeline(transaction=False)
+        for key in self.keys.broker_lists(self.queue):
+            pipe.llen(key)
+        tickets_waiting = sum(pipe.execute())
+        spares = self.stranded.spare_tickets(self.store.fair.interactive_waiting(self.queue), tickets_waiting,
+                                             self.settings.max_batch_size - self.loop.active)
+        for _ in range(spares):
+            self.send_spare_ticket()
+        if spares:
+            log.warning("%d job(s) of %s waited with no ticket to run them (one was lost): sent spare tickets",
+                        spares, self.queue)
 
 
 def process_name() -> str:

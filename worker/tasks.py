@@ -3,7 +3,6 @@ that the job runner of that model (one per model the worker holds) turns into a 
 from __future__ import annotations
 
 import threading
-import uuid
 
 from celery.exceptions import Reject
 from celery.signals import worker_shutting_down
@@ -31,16 +30,9 @@ def job_runner(rt: WorkerRuntime) -> JobRunner:
         if rt.runner is None:
             rt.runner = JobRunner(
                 rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics, meter=rt.meter,
-                cache=rt.stores.cache, send_ticket=lambda worker: _send_spare_ticket(rt, worker),
+                cache=rt.stores.cache, send_ticket=rt.send_spare_ticket,
                 free_slots=rt.free_slots)
         return rt.runner
-
-
-def _send_spare_ticket(rt: WorkerRuntime, worker: str | None) -> None:
-    """A spare ticket on another worker's own queue (for the job prefix affinity leaves it), or on
-    the model's queue (for a preempted batch line). A ticket that finds nothing does nothing."""
-    queue = rt.queue if worker is None else rt.keys.worker_queue(rt.queue, worker)
-    app.send_task(TASK_TICKET, args=["", rt.model.name], queue=queue, task_id=uuid.uuid4().hex)
 
 
 def run_ticket(self, sent_for_job: str, model: str) -> dict:

@@ -3,18 +3,13 @@ written as a worker writes them; no worker consumes, so jobs stay queued)."""
 import json
 import time
 
-import pytest
-
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 
 CHAT = [{"role": "user", "content": "Hello"}]
 
 
-@pytest.fixture
-def settings():
-    """A fresh namespace per test (an empty queue, no heartbeat), with room for four jobs."""
-    with fresh_namespace(max_queue=4) as settings:
-        yield settings
+# A fresh namespace per test (an empty queue, no heartbeat), with room for four jobs.
+settings = settings_fixture(scope="function", max_queue=4)
 
 
 def fake_heartbeat(svc, model, tokens_per_s, mean_job_tokens, capacity=2, running=2):

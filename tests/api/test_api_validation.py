@@ -6,15 +6,12 @@ import pytest
 
 from api import create_app
 from common.schemas import JobStatus
-from tests.support.settings import fresh_namespace, make_settings
+from tests.support.settings import make_settings, settings_fixture
 
 CHAT = [{"role": "user", "content": "Hello"}]
 
 
-@pytest.fixture(scope="module")
-def settings():
-    with fresh_namespace(max_queue=3, max_body_bytes=100_000, max_tokens_cap=300) as settings:
-        yield settings
+settings = settings_fixture(max_queue=3, max_body_bytes=100_000, max_tokens_cap=300)
 
 
 def assert_error(resp, status, type_=None):

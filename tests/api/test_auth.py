@@ -8,7 +8,7 @@ from flask import Blueprint, jsonify
 from api import create_app
 from common.api_keys import KeyConfigError, hash_key, load_keys, parse_entry
 from tests.support import ROOT
-from tests.support.settings import fresh_namespace, make_settings
+from tests.support.settings import make_settings, settings_fixture
 
 CHAT = [{"role": "user", "content": "Hello"}]
 KEYS = {"alice": "alice-secret-key", "bob": "bob-secret-key", "carol": "carol-secret-key"}
@@ -18,13 +18,14 @@ def bearer(name):
     return {"Authorization": f"Bearer {KEYS[name]}"}
 
 
-@pytest.fixture(scope="module")
-def settings(tmp_path_factory):
-    keys_file = tmp_path_factory.mktemp("keys") / "keys.txt"
-    keys_file.write_text(f"# staff\ncarol:{hash_key(KEYS['carol'])}:tier=high:concurrent=2\n")
-    with fresh_namespace(api_keys=f"alice:{hash_key(KEYS['alice'])}:rpm=3,bob:{hash_key(KEYS['bob'])}:tier=low",
-                         api_keys_file=keys_file) as settings:
-        yield settings
+def keys_file(tmp_path_factory):
+    path = tmp_path_factory.mktemp("keys") / "keys.txt"
+    path.write_text(f"# staff\ncarol:{hash_key(KEYS['carol'])}:tier=high:concurrent=2\n")
+    return path
+
+
+settings = settings_fixture(api_keys=f"alice:{hash_key(KEYS['alice'])}:rpm=3,bob:{hash_key(KEYS['bob'])}:tier=low",
+                            api_keys_file=keys_file)
 
 
 def submit(api, who, **body):

@@ -2,22 +2,21 @@
 model, each model's own limits apply, an unknown one is 404, and every model shows its state."""
 import json
 
-import pytest
-
 from tests.support.metrics import parse_metrics, value
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 
 CHAT = [{"role": "user", "content": "Hello"}]
 
 
-@pytest.fixture(scope="module")
-def settings(tmp_path_factory):
+def catalog(tmp_path_factory):
     path = tmp_path_factory.mktemp("catalog") / "catalog.json"
     path.write_text(json.dumps({"models": {"smol": {"source": "embedded"},
                                            "short": {"source": "embedded", "max_tokens_cap": 16},
                                            "quoting": {"source": "embedded", "prompt_lookup": True}}}))
-    with fresh_namespace(catalog=path) as settings:
-        yield settings
+    return path
+
+
+settings = settings_fixture(catalog=catalog)
 
 
 def test_each_catalog_model_is_queued_under_its_name_with_its_own_limits(api):

@@ -6,7 +6,6 @@ import io
 import json
 import time
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -15,19 +14,16 @@ from common.api_keys import hash_key
 from common.batches import line_job_id
 from common.files import count_lines
 from tests.support.batches import chat_line, jsonl
-from tests.support.settings import cleanup_namespace, fresh_namespace, make_settings
+from tests.support.settings import cleanup_namespace, make_settings, settings_fixture
 from worker.batch_runner import BatchRunner
 
 KEYS = {"alice": "alice-secret", "bob": "bob-secret"}
 
 
-@pytest.fixture
-def settings():
-    """A fresh namespace per test (no files, batches or jobs of another test). max_body_bytes below
-    file_max_bytes: uploads have their own limit, other bodies keep theirs."""
-    with fresh_namespace(file_max_bytes=40_000, file_max_lines=30, batch_window_s=3600, max_queue=5,
-                         max_tokens_cap=64, max_body_bytes=10_000) as settings:
-        yield settings
+# A fresh namespace per test (no files, batches or jobs of another test). max_body_bytes below
+# file_max_bytes: uploads have their own limit, other bodies keep theirs.
+settings = settings_fixture(scope="function", file_max_bytes=40_000, file_max_lines=30, batch_window_s=3600,
+                            max_queue=5, max_tokens_cap=64, max_body_bytes=10_000)
 
 
 def upload(client, lines, purpose="batch", headers=None, name="in.jsonl"):

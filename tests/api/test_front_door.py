@@ -9,13 +9,10 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
-import subprocess
-import sys
 import time
 import uuid
 
 import aiohttp
-import psutil
 import pytest
 import redis
 import requests
@@ -23,47 +20,15 @@ import requests
 from api import create_app
 from common.api_keys import hash_key
 from common.keys import Keys
+from common.sseclient import aiter_sse, iter_sse
 from common.stores import Stores
-from tests.support import ROOT
-from tests.support.ports import free_port
+from tests.support.api_process import ApiProcess
 from tests.support.servers import LiveServer
-from tests.support.settings import cleanup_namespace, make_settings, settings_env
+from tests.support.settings import cleanup_namespace, make_settings
 from tests.support.waiting import wait_until
 
 
 # --- helpers ----------------------------------------------------------------------------------
-class GeventApi:
-    """`gunicorn -c ops/gunicorn.conf.py api.wsgi:app`, one process, for some settings."""
-
-    def __init__(self, settings, log_path):
-        self.url = f"http://127.0.0.1:{free_port()}"
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gunicorn", "-c", "ops/gunicorn.conf.py", "-w", "1",
-             "-b", self.url.removeprefix("http://"), "api.wsgi:app"],
-            cwd=ROOT, env=settings_env(settings), stdout=open(log_path, "w"), stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            assert self.proc.poll() is None, log_path.read_text()[-3000:]
-            try:
-                if requests.get(f"{self.url}/health", timeout=2).status_code in (200, 503):
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, "the API did not start"
-            time.sleep(0.2)
-
-    def serving_process(self) -> psutil.Process:
-        """The gunicorn worker (the master only supervises it)."""
-        return psutil.Process(self.proc.pid).children()[0]
-
-    def stop(self):
-        self.proc.terminate()
-        try:
-            self.proc.wait(30)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-
-
 async def read_stream(session: aiohttp.ClientSession, url: str, body: dict, timeout_s: float,
                       opened: list | None = None) -> dict:
     """One streamed job, read to its `done`: when its headers came, its `queued` places, its end.
@@ -76,30 +41,14 @@ async def read_stream(session: aiohttp.ClientSession, url: str, body: dict, time
             seen["headers_s"], seen["status"] = time.monotonic() - sent, resp.status
             if opened is not None:
                 opened.append(url)
-            event = None
-            async for raw in resp.content:
-                line = raw.decode().rstrip("\n")
-                if line.startswith("event: "):
-                    event = line[7:]
-                elif line.startswith("data: ") and event == "queued":
-                    seen["places"].append(json.loads(line[6:])["queue_position"])
-                elif line.startswith("data: ") and event == "done":
-                    seen["done"] = json.loads(line[6:])
+            async for event in aiter_sse(resp.content):
+                if event.event == "queued":
+                    seen["places"].append(event.json()["queue_position"])
+                elif event.event == "done":
+                    seen["done"] = event.json()
                     return
     await asyncio.wait_for(read(), timeout_s)
     return seen
-
-
-def sse_events(resp: requests.Response):
-    """(event, data) of an SSE response read with requests."""
-    event = None
-    for line in resp.iter_lines(decode_unicode=True):
-        if line.startswith("event: "):
-            event = line[7:]
-        elif line.startswith("data: "):
-            yield event, json.loads(line[6:]) if line[6:].startswith(("{", "[")) else line[6:]
-        elif line.startswith(": queued "):
-            yield "comment:queued", json.loads(line[9:])
 
 
 # --- fixtures ---------------------------------------------------------------------------------
@@ -182,23 +131,23 @@ def test_a_waiting_stream_hears_its_place_as_jobs_ahead_leave(waiting_api):
                            timeout=10).json()["id"] for i in range(3)]
     with requests.post(f"{url}/v1/jobs", json={"prompt": "mine", "max_tokens": 4, "stream": True},
                        stream=True, timeout=10) as resp:
-        events = sse_events(resp)
         places = []
-        for event, data in events:
-            if event == "queued":
-                if data["queue_position"] not in places and ahead:  # at each new place, one leaves
+        for event in iter_sse(resp.iter_lines()):
+            if event.event == "queued":
+                place = event.json()["queue_position"]
+                if place not in places and ahead:  # at each new place, one leaves
                     requests.delete(f"{url}/v1/jobs/{ahead.pop()}", timeout=10)
-                places.append(data["queue_position"])
-                if data["queue_position"] == 1:
+                places.append(place)
+                if place == 1:
                     break
         assert places[0] == 4 and places[-1] == 1
         assert places == sorted(places, reverse=True) and len(set(places)) == 4
 
     openai = requests.post(f"{url}/v1/chat/completions", stream=True, timeout=10, json={
         "model": "SmolLM2-135M-Instruct", "messages": [{"role": "user", "content": "hi"}], "stream": True})
-    for event, data in sse_events(openai):
-        if event == "comment:queued":
-            assert data["queue_position"] == 2  # behind "mine", still queued
+    for event in iter_sse(openai.iter_lines(), comments=True):
+        if event.event == ":" and event.data.startswith("queued "):
+            assert json.loads(event.data.removeprefix("queued "))["queue_position"] == 2  # behind "mine", still queued
             break
     openai.close()
 
@@ -209,7 +158,7 @@ def gevent_stack(start_worker, tmp_path_factory):
     settings = make_settings(max_batch_size=32, max_queue=5000, queue_place_interval_s=0.5,
                              log_level="WARNING")
     start_worker(settings)
-    api = GeventApi(settings, tmp_path_factory.mktemp("logs") / "gevent-api.log")
+    api = ApiProcess(settings, tmp_path_factory.mktemp("logs") / "gevent-api.log", gunicorn=True)
     yield api, settings
     api.stop()
     cleanup_namespace(settings)

@@ -17,7 +17,7 @@ from openapi_spec_validator import validate
 
 from api import create_app
 from common.api_keys import hash_key
-from tests.support.settings import cleanup_namespace, fresh_namespace, make_settings
+from tests.support.settings import cleanup_namespace, make_settings, settings_fixture
 
 FUZZ = hypothesis_settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck),
                 derandomize=True)  # reproducible in CI
@@ -25,12 +25,9 @@ ACCEPTED = {200, 202}
 REJECTED = {400, 403, 404, 405, 409, 413, 422, 429}
 
 
-@pytest.fixture(scope="module")
-def settings():
-    # webhooks off: a fuzzed webhook URL is refused before any DNS lookup of its host
-    with fresh_namespace(max_queue=100_000, queue_timeout_s=2, sse_heartbeat_s=0.3,
-                         max_body_bytes=20_000, webhook_secrets="") as settings:
-        yield settings
+# webhooks off: a fuzzed webhook URL is refused before any DNS lookup of its host
+settings = settings_fixture(max_queue=100_000, queue_timeout_s=2, sse_heartbeat_s=0.3, max_body_bytes=20_000,
+                            webhook_secrets="")
 
 
 def check_response(resp, allowed=ACCEPTED | REJECTED):

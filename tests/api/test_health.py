@@ -7,15 +7,12 @@ import requests
 
 from api import create_app
 from tests.support.servers import LiveServer
-from tests.support.settings import cleanup_namespace, fresh_namespace, make_settings
+from tests.support.settings import cleanup_namespace, make_settings, settings_fixture
 from tests.support.waiting import wait_until
 
 
-@pytest.fixture
-def settings():
-    """A fresh namespace per test: no heartbeats left by another test."""
-    with fresh_namespace() as settings:
-        yield settings
+# A fresh namespace per test: no heartbeats left by another test.
+settings = settings_fixture(scope="function")
 
 
 def beat(registry, name, ttl_s):

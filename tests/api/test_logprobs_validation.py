@@ -11,11 +11,6 @@ MODEL = "SmolLM2-135M-Instruct"
 CHAT = [{"role": "user", "content": "Hello"}]
 
 
-@pytest.fixture(scope="module")
-def settings():
-    with fresh_namespace() as settings:
-        yield settings
-
 
 def openai_error(resp, status=400):
     assert resp.status_code == status, resp.get_data(as_text=True)

@@ -5,16 +5,13 @@ import json
 import pytest
 
 from api import create_app
-from tests.support.settings import fresh_namespace, make_settings
+from tests.support.settings import make_settings, settings_fixture
 
 MODEL = "SmolLM2-135M-Instruct"
 CHAT = [{"role": "user", "content": "Hello"}]
 
 
-@pytest.fixture(scope="module")
-def settings():
-    with fresh_namespace(max_tokens_cap=300) as settings:
-        yield settings
+settings = settings_fixture(max_tokens_cap=300)
 
 
 def openai_error(resp, status):

@@ -10,7 +10,7 @@ from pydantic import TypeAdapter
 from api import create_app
 from common.api_keys import hash_key
 from common.schemas import JobStatus
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 
 MODEL = "SmolLM2-135M-Instruct"
 KEYS = {"alice": "alice-secret-key", "bob": "bob-secret-key"}
@@ -21,10 +21,7 @@ def bearer(name):
     return {"Authorization": f"Bearer {KEYS[name]}"}
 
 
-@pytest.fixture(scope="module")
-def settings():
-    with fresh_namespace(api_keys=",".join(f"{name}:{hash_key(key)}" for name, key in KEYS.items())) as settings:
-        yield settings
+settings = settings_fixture(api_keys=",".join(f"{name}:{hash_key(key)}" for name, key in KEYS.items()))
 
 
 def create(api, who="alice", **body):

@@ -14,15 +14,12 @@ from api.sse import is_later, job_event_stream, stream_id
 from api.wakeups import JobWakeups
 from common.schemas import JobStatus
 from tests.support.scripted_jobs import queue_job
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 from tests.support.waiting import wait_until
 
 
-@pytest.fixture
-def settings():
-    """A fresh namespace per test: no listener of another test hears its channels."""
-    with fresh_namespace() as settings:
-        yield settings
+# A fresh namespace per test: no listener of another test hears its channels.
+settings = settings_fixture(scope="function")
 
 
 @pytest.fixture
@@ -62,10 +59,11 @@ class Relay:
                 return
 
     def wait_for(self, count, timeout=10):
-        deadline = time.monotonic() + timeout
-        while len([e for e in self.events if e[1] != "heartbeat"]) < count and time.monotonic() < deadline:
-            time.sleep(0.01)
-        return [e for e in self.events if e[1] != "heartbeat"]
+        """The events sent but heartbeats, once there are `count`."""
+        def sent():
+            return [e for e in self.events if e[1] != "heartbeat"]
+        wait_until(lambda: len(sent()) >= count, timeout, message=lambda: f"{len(sent())} events sent, not {count}")
+        return sent()
 
     def join(self):
         self._thread.join(10)

@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from tests.support.settings import fresh_namespace, make_settings
+from tests.support.settings import make_settings, settings_fixture
 from worker.webhook_sender import WebhookSender
 
 HANGS = ".hangs.test"
@@ -40,10 +40,7 @@ def hanging_dns(monkeypatch):
     release.set()  # frees the lookup threads still waiting
 
 
-@pytest.fixture(scope="module")
-def settings():
-    with fresh_namespace(webhook_dns_timeout_s=DNS_TIMEOUT_S) as settings:
-        yield settings
+settings = settings_fixture(webhook_dns_timeout_s=DNS_TIMEOUT_S)
 
 
 def timed(call):

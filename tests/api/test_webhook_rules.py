@@ -13,7 +13,7 @@ import redis
 
 from common.webhook_rules import WebhookUrlError, address_allowed, secret_keys, sign, split_url
 from common.webhooks import Webhooks, job_event_data, validate_webhook_url
-from tests.support.settings import WEBHOOK_SECRETS, cleanup_namespace, fresh_namespace, make_settings
+from tests.support.settings import WEBHOOK_SECRETS, cleanup_namespace, make_settings, settings_fixture
 from worker.webhook_sender import backoff, max_countdown, parse_retry_after
 
 standardwebhooks = pytest.importorskip("standardwebhooks")
@@ -92,11 +92,8 @@ def test_validate_resolves_names_and_needs_a_secret():
         validate_webhook_url("https://8.8.8.8/hook", make_settings(webhook_secrets=""))
 
 
-@pytest.fixture(scope="module")
-def settings():
-    """The API's: public webhook addresses only, as in production."""
-    with fresh_namespace(webhook_allow_networks="") as settings:
-        yield settings
+# The API's: public webhook addresses only, as in production.
+settings = settings_fixture(webhook_allow_networks="")
 
 
 @pytest.mark.parametrize("body, field, message", [

@@ -76,8 +76,8 @@ def test_batch_survives_worker_kill_api_restart_and_redis_restart(start_worker, 
 
         try:
             state = wait_batch(server.url, batch_id, timeout=300)
-        except TimeoutError:
-            raise AssertionError(f"batch stuck: {stuck_lines(settings, batch_id)}")
+        except AssertionError as timed_out:
+            raise AssertionError(f"batch stuck: {stuck_lines(settings, batch_id)}") from timed_out
         assert state["status"] == "completed", state
         output, errors = results(server.url, state)
         assert sorted(line["custom_id"] for line in output + errors) == sorted(f"f{i}" for i in range(LINES))

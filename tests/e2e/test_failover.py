@@ -14,8 +14,8 @@ import pytest
 import requests
 
 from api import create_app
-from bench.redis_ha import RedisGroup
 from tests.support.ports import free_port, redis_port
+from tests.support.redis_group import RedisGroup
 from tests.support.servers import LiveServer
 from tests.support.settings import cleanup_namespace, make_settings
 from tests.support.sse_subscriber import SseSubscriber
@@ -39,14 +39,11 @@ def post(base, **body):
 
 def final_record(base, job_id, timeout=240):
     """The job once ended, reading through 503s."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ended() -> dict | None:
         resp = requests.get(f"{base}/v1/jobs/{job_id}", timeout=30)
-        if resp.status_code == 200 and resp.json()["status"] not in ("queued", "running"):
-            return resp.json()
         assert resp.status_code in (200, 503), resp.text
-        time.sleep(0.2)
-    raise TimeoutError(job_id)
+        return resp.json() if resp.status_code == 200 and resp.json()["status"] not in ("queued", "running") else None
+    return wait_until(ended, timeout, interval=0.2, message=f"job {job_id} did not end")
 
 
 def test_master_killed_under_streaming_jobs_every_job_ends_once(group, start_worker, model_ref):
@@ -70,18 +67,17 @@ def test_master_killed_under_streaming_jobs_every_job_ends_once(group, start_wor
         lag = group.replication_lag_bytes()
         killed_at = time.monotonic()
         old = group.kill_master()
-        probes, recovered_at = [], None
-        while recovered_at is None:  # submit during the switch: 503 + Retry-After, then 202 again
-            assert time.monotonic() - killed_at < 60, probes
+        probes = []
+
+        def accepted():  # submit during the switch: 503 + Retry-After, then 202 again
             resp = post(base, prompt="Say yes.")
             probes.append((resp.status_code, resp.headers.get("Retry-After")))
-            if resp.status_code == 202:
-                recovered_at = time.monotonic()
-                jobs.append(resp.json()["id"])
-                subscribers[jobs[-1]] = SseSubscriber(base, jobs[-1])
-            else:
-                assert resp.status_code == 503 and int(resp.headers["Retry-After"]) > 0, resp.text
-                time.sleep(0.2)
+            assert resp.status_code == 202 or (resp.status_code == 503 and int(resp.headers["Retry-After"]) > 0), \
+                resp.text
+            return resp.status_code == 202 and resp
+        jobs.append(wait_until(accepted, 60, interval=0.2, message=lambda: str(probes)).json()["id"])
+        recovered_at = time.monotonic()
+        subscribers[jobs[-1]] = SseSubscriber(base, jobs[-1])
         new = group.wait_failover(old)
         assert new != old
 

@@ -1,13 +1,13 @@
 """Fair share and coalescing with the real Redis, a real worker and the embedded model: a key that floods the queue
 cannot starve another key, and identical requests are generated once (coalescing)."""
 import re
-import time
 
 import pytest
 
 from api import create_app
 from common.api_keys import hash_key
 from tests.support.settings import cleanup_namespace, make_settings
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -29,14 +29,16 @@ def stack(start_worker):
     cleanup_namespace(settings)
 
 
+def wait_for_record(client, job_id, key, holds, timeout=120) -> dict:
+    """The job's record once `holds(record)`."""
+    def record():
+        found = client.get(f"/v1/jobs/{job_id}", headers=auth(key)).get_json()
+        return found if holds(found) else None
+    return wait_until(record, timeout, interval=0.1, message=f"job {job_id} never got there")
+
+
 def wait_started(client, job_id, key, timeout=120):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        job = client.get(f"/v1/jobs/{job_id}", headers=auth(key)).get_json()
-        if job["started_at"]:
-            return job
-        time.sleep(0.1)
-    raise AssertionError(f"job {job_id} did not start")
+    return wait_for_record(client, job_id, key, lambda job: job["started_at"], timeout)
 
 
 def test_one_keys_hundred_jobs_do_not_starve_another_keys_single_job(stack):
@@ -70,15 +72,8 @@ def test_identical_requests_are_generated_once_and_both_get_the_answer(stack):
     sampled = client.post("/v1/jobs", json={**body, "temperature": 0.9}, headers=auth("other")).get_json()
     assert not sampled["coalesced"]  # not deterministic: never shared
 
-    done = {}
-    deadline = time.monotonic() + 120
-    while len(done) < 2 and time.monotonic() < deadline:
-        for job, key in ((first, "flooder"), (second, "other")):
-            record = client.get(f"/v1/jobs/{job['id']}", headers=auth(key)).get_json()
-            if record["status"] == "succeeded":
-                done[job["id"]] = record
-        time.sleep(0.2)
-    a, b = done[first["id"]], done[second["id"]]
+    a, b = (wait_for_record(client, job["id"], key, lambda record: record["status"] == "succeeded")
+            for job, key in ((first, "flooder"), (second, "other")))
     assert a["text"] and a["text"] == b["text"] and a["usage"] == b["usage"]
     assert b["attempts"] == 0  # the worker never ran it
     metrics = client.get("/metrics").get_data(as_text=True)

@@ -1,10 +1,10 @@
 """A vLLM worker of batch 256 (the GPU design's `max_num_seqs`) holds 256 jobs at once and finishes
 them all: the Celery consumer, its prefetch, the job threads, the Redis connections and the relay
-scale to it. What it costs beside the engine is measured here, not timed (bench/held_jobs.py
-reports it per level)."""
+scale to it. What it costs beside the engine is measured here, not timed
+(bench/studies/held_jobs.py reports it per level)."""
 import pytest
 
-from bench.held_jobs import hold
+from tests.support.held_jobs import hold
 from tests.support.settings import fresh_namespace
 from worker.runtime import REDIS_CONNECTIONS
 

@@ -9,19 +9,10 @@ import requests
 
 from tests.support.jobs import read_stream, submit
 from tests.support.logprobs import FRANCE, check_chat_logprobs
-from tests.support.servers import worker_beside_api
-from tests.support.settings import make_settings
 from tests.support.waiting import wait_for_job, wait_until
 
 pytestmark = pytest.mark.slow
 MODEL = "SmolLM2-135M-Instruct"
-
-
-@pytest.fixture(scope="module")
-def hf_stack(start_worker):
-    settings = make_settings(engine="hf", max_batch_size=8)
-    with worker_beside_api(start_worker, settings) as (worker, url):
-        yield settings, url
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 
 from api import create_app
 from common.celery_app import make_celery
-from bench.make_qwen_size_model import TINY, build
+from tests.support.random_models import TINY, build
 from tests.support.settings import cleanup_namespace, make_settings
 from tests.support.waiting import wait_until
 

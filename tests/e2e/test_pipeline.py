@@ -108,3 +108,16 @@ def test_post_with_stream_true_answers_with_the_event_stream(live_api):
         events = list(iter_sse(resp.iter_lines(chunk_size=None)))
     final = wait_for_job(live_api, job_id)
     assert events[-1].event == "done" and chunks_text(events) == final["text"] != ""
+
+
+def test_a_job_whose_ticket_was_lost_is_still_run(live_api, stack_app, monkeypatch):
+    """A job admitted whose ticket never reached the broker (a failover that did not replicate
+    it, an API process that died before sending it) is not left queued until its deadline: a
+    worker with free slots sees a waiting job and no ticket, twice in a row, and sends a spare
+    one (common/scheduling/stranded.py)."""
+    tickets = stack_app.extensions["llmq"].admission.tickets
+    monkeypatch.setattr(tickets, "for_job", lambda *args, **kwargs: None)  # the job is created without one
+    job_id = submit(live_api, prompt="Say hello.", max_tokens=4)["id"]
+    monkeypatch.undo()
+    job = wait_for_job(live_api, job_id, timeout=60)
+    assert job["status"] == "succeeded" and job["usage"]["completion_tokens"] > 0

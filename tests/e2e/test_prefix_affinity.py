@@ -1,4 +1,4 @@
-"""Prefix affinity with two real workers (common/prefix_affinity.py): a tenant's jobs go to the
+"""Prefix affinity with two real workers (common/scheduling/prefix_affinity.py): a tenant's jobs go to the
 worker that served its prompt's start, whichever worker's ticket comes first (the other hands the
 job over with a ticket on the holder's own queue); when the holder is full, the other worker takes
 the next one at once and holds the prompt's start too."""

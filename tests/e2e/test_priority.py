@@ -1,7 +1,7 @@
 """High-priority jobs overtake a backlog of low-priority ones on a real worker.
 
 The worker holds one job at a time (concurrency 1, prefetch 1), so the rest wait in the fair queue,
-where a free slot always takes a job of the highest level waiting (common/fair_queue.py).
+where a free slot always takes a job of the highest level waiting (common/scheduling/fair_queue.py).
 """
 from concurrent.futures import ThreadPoolExecutor
 

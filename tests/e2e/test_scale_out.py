@@ -3,7 +3,6 @@ take jobs, and both serve Prometheus metrics that agree with the API's /metrics.
 import os
 import socket
 import subprocess
-import time
 
 import pytest
 import requests
@@ -15,7 +14,7 @@ from tests.support import ROOT
 from tests.support.metrics import parse_metrics, value
 from tests.support.servers import LiveServer
 from tests.support.settings import cleanup_namespace, make_settings, settings_env
-from tests.support.waiting import wait_for_job
+from tests.support.waiting import wait_for_job, wait_until
 from worker.pinning import parse_cpus
 
 pytestmark = [
@@ -62,14 +61,14 @@ def cluster(model_ref, tmp_path_factory):
 
 def wait_for_workers(settings, names, run_dir, timeout=240):
     app = make_celery(settings)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def all_answer() -> bool:
         replies = [n for reply in app.control.ping(timeout=0.5) for n in reply]
-        if all(any(n.startswith(name) for n in replies) for name in names):
-            return
-        time.sleep(0.5)
-    logs = "\n".join(p.read_text()[-2000:] for p in run_dir.glob("*.log"))
-    raise TimeoutError(f"workers not ready:\n{logs}")
+        return all(any(n.startswith(name) for n in replies) for name in names)
+
+    def logs() -> str:
+        return "workers not ready:\n" + "\n".join(p.read_text()[-2000:] for p in run_dir.glob("*.log"))
+    wait_until(all_answer, timeout, interval=0.5, message=logs)
 
 
 @pytest.fixture(scope="module")

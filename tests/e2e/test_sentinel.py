@@ -5,20 +5,20 @@ reads the queues through the sentinels.
 (The failover under a running stack is `tests/e2e/test_failover.py`.)"""
 import subprocess
 import sys
-import time
 
 import pytest
 import redis
 import requests
 
 from api import create_app
-from bench.redis_ha import MASTER_NAME, RedisGroup
 from common.celery_app import make_celery
 from common.keys import Keys
 from common.redis_client import broker_url, redis_client, sentinel_addresses
 from tests.support import ROOT
 from tests.support.ports import free_port, redis_port
+from tests.support.redis_group import MASTER_NAME, RedisGroup
 from tests.support.settings import make_settings, settings_env
+from tests.support.waiting import wait_until
 
 
 def test_sentinel_setting_parses_to_addresses_and_broker_urls():
@@ -52,10 +52,7 @@ def test_clients_skip_a_dead_first_sentinel_and_leave_a_demoted_master(group):
     old = group.master_port()  # a switch that leaves the old master up, as a replica
     redis.Redis(port=group.live_sentinels()[0]).execute_command("SENTINEL", "FAILOVER", MASTER_NAME)
     new = group.wait_failover(old)
-    deadline = time.monotonic() + 20
-    while redis.Redis(port=old).info("replication")["role"] != "slave":
-        assert time.monotonic() < deadline
-        time.sleep(0.1)
+    wait_until(lambda: redis.Redis(port=old).info("replication")["role"] == "slave", 20, interval=0.1)
     with pytest.raises(redis.ReadOnlyError):
         redis.Redis(port=old).set("x", "1")  # what a connection left on it gets for a write
 
@@ -75,16 +72,11 @@ def test_flower_reads_queues_through_the_sentinels(group, tmp_path):
                             env=settings_env(settings) | {"FLOWER_UNAUTHENTICATED_API": "true"},
                             stdout=open(tmp_path / "flower.log", "w"), stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                resp = requests.get(f"http://127.0.0.1:{port}/api/queues/length", timeout=5)
-                if resp.status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, (tmp_path / "flower.log").read_text()[-3000:]
-            time.sleep(0.5)
+        def answered():
+            resp = requests.get(f"http://127.0.0.1:{port}/api/queues/length", timeout=5)
+            return resp.status_code == 200 and resp
+        resp = wait_until(answered, 60, interval=0.5, ignoring=(requests.RequestException,),
+                          message=lambda: (tmp_path / "flower.log").read_text()[-3000:])
         assert "active_queues" in resp.json()
     finally:  # as `docker stop` does: a grace period, then a kill (Flower's shutdown may wait on a
         proc.terminate()  # broker reconnect of its own, which is not what this test is about)
@@ -104,24 +96,20 @@ def _consumer_met_readonly(log_path) -> bool:
 
 def _submit(client, body: dict, timeout: float = 60) -> str:
     """The id of a job accepted by the API, submitting through 503s (no master known yet)."""
-    deadline = time.monotonic() + timeout
-    while True:
+    def accepted() -> str | None:
         resp = client.post("/v1/jobs", json={"cache": False, "max_tokens": 4, **body})
-        if resp.status_code == 202:
-            return resp.get_json()["id"]
-        assert resp.status_code == 503 and time.monotonic() < deadline, resp.get_data(as_text=True)
-        time.sleep(0.2)
+        assert resp.status_code in (202, 503), resp.get_data(as_text=True)
+        return resp.get_json()["id"] if resp.status_code == 202 else None
+    return wait_until(accepted, timeout, interval=0.2, message="the API kept answering 503")
 
 
 def _ended(client, job_id: str, timeout: float = 120) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ended() -> dict | None:
         resp = client.get(f"/v1/jobs/{job_id}")
-        if resp.status_code == 200 and resp.get_json()["status"] not in ("queued", "running"):
-            return resp.get_json()
         assert resp.status_code in (200, 503), resp.get_data(as_text=True)
-        time.sleep(0.2)
-    raise TimeoutError(job_id)
+        return resp.get_json() if resp.status_code == 200 and resp.get_json()["status"] not in ("queued", "running") \
+            else None
+    return wait_until(ended, timeout, interval=0.2, message=f"job {job_id} did not end")
 
 
 @pytest.mark.slow
@@ -147,11 +135,11 @@ def test_worker_consumer_leaves_a_demoted_master_that_answers_readonly(tmp_path,
         redis.Redis(port=old).execute_command("REPLICAOF", "127.0.0.1", str(new))
         with pytest.raises(redis.ReadOnlyError):
             redis.Redis(port=old).set("x", "1")
-        deadline = time.monotonic() + 20  # the sentinels still name the old master (for ~25 s)
-        while not _consumer_met_readonly(worker.log_path):
-            assert time.monotonic() < deadline, "the worker's consumer never met READONLY"
+        def met_readonly() -> bool:
             assert worker.proc.poll() is None, worker.log_path.read_text()[-3000:]
-            time.sleep(0.1)
+            return _consumer_met_readonly(worker.log_path)
+        # the sentinels still name the old master (for ~25 s)
+        wait_until(met_readonly, 20, interval=0.1, message="the worker's consumer never met READONLY")
 
         try:  # the sentinels would find the master demoted on their own, ~25 s later
             redis.Redis(port=group.live_sentinels()[0]).execute_command("SENTINEL", "FAILOVER", MASTER_NAME)

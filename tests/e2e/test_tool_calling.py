@@ -7,8 +7,6 @@ import asyncio
 import openai
 import pytest
 
-from tests.support.servers import worker_beside_api
-from tests.support.settings import make_settings
 from tests.support.tool_calls import ALL_CHECKS, ASK, NAMED, TIME, WEATHER
 
 pytestmark = pytest.mark.slow
@@ -21,14 +19,11 @@ def client(live_api):
 
 
 @pytest.fixture(scope="module", params=["default", "hf"])
-def engine_client(request, live_api, start_worker):
-    """The shared stack's engine (OpenVINO where it is installed), then the reference engine
-    (vLLM's module runs the same checks on its own stack)."""
-    if request.param == "default":
-        yield openai.OpenAI(base_url=f"{live_api}/v1", api_key="unused", max_retries=0, timeout=300)
-        return
-    with worker_beside_api(start_worker, make_settings(engine="hf")) as (_, url):
-        yield openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
+def engine_client(request):
+    """The shared stack's engine (OpenVINO where it is installed), then the reference engine's
+    shared stack (vLLM's module runs the same checks on its own stack)."""
+    url = request.getfixturevalue("live_api") if request.param == "default" else request.getfixturevalue("hf_stack")[1]
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
 
 
 @pytest.mark.parametrize("check", ALL_CHECKS, ids=lambda check: check.__name__)

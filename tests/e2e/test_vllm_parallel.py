@@ -14,9 +14,9 @@ import psutil
 import pytest
 import requests
 
-from bench.make_qwen_size_model import build as build_qwen_size_model
 from tests.support.jobs import chunks_text, read_stream, submit
 from tests.support.processes import kill_9_mid_job
+from tests.support.random_models import build as build_qwen_size_model
 from tests.support.servers import worker_beside_api
 from tests.support.settings import make_settings
 from tests.support.waiting import wait_for_job, wait_until

@@ -13,17 +13,13 @@ import requests
 import standardwebhooks
 
 from common.webhooks import Webhooks
-from tests.support.settings import WEBHOOK_SECRETS, cleanup_namespace, make_settings
+from tests.support.settings import WEBHOOK_SECRETS, cleanup_namespace, make_settings, settings_fixture
 from tests.support.waiting import wait_for_job, wait_until
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def settings():
-    settings = make_settings(visibility_timeout_s=6)  # waits over 3 s travel as several countdowns
-    yield settings
-    cleanup_namespace(settings)
+settings = settings_fixture(visibility_timeout_s=6)  # waits over 3 s travel as several countdowns
 
 
 @pytest.fixture(scope="module")
@@ -33,13 +29,9 @@ def hooks(settings, start_control_worker):
 
 
 def wait_for_state(hooks: Webhooks, delivery_id: str, timeout: float = 30) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        delivery = hooks.get(delivery_id)
-        if delivery["state"] != "pending":
-            return delivery
-        time.sleep(0.05)
-    raise TimeoutError(f"delivery still pending: {delivery}")
+    """The delivery once it is no longer pending."""
+    return wait_until(lambda: (delivery := hooks.get(delivery_id))["state"] != "pending" and delivery, timeout,
+                      interval=0.05, message=lambda: f"delivery still pending: {hooks.get(delivery_id)}")
 
 
 def verify(request: dict, secret: str = WEBHOOK_SECRETS[0]) -> dict:
@@ -152,12 +144,10 @@ def test_job_with_webhook_delivers_start_and_completed_with_the_text(live_api, c
     assert payload["type"] == "job.completed" and payload["data"]["id"] == job["id"]
     assert payload["data"]["status"] == "succeeded" and payload["data"]["text"] == final["text"] != ""
     assert payload["data"]["usage"] == final["usage"]
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
+    def delivered():
         view = requests.get(f"{live_api}/v1/jobs/{job['id']}", timeout=10).json()["webhook"]
-        if view["state"] == "delivered" and len(view["deliveries"]) == 2:
-            break
-        time.sleep(0.1)
+        return view["state"] == "delivered" and len(view["deliveries"]) == 2 and view
+    view = wait_until(delivered, 10, interval=0.1)
     assert view["attempts"] == 1 and view["last_status_code"] == 200
     assert [d["type"] for d in view["deliveries"]] == ["job.start", "job.completed"]
     assert json.loads(completed["body"])["data"]["finish_reason"] in ("stop", "length")

@@ -97,6 +97,16 @@ def test_job_record_sampling_becomes_engine_sampling():
     assert plain.response_format is None and plain.presence_penalty == 0
 
 
+
+def test_a_sampled_job_without_a_seed_samples_alike_in_every_attempt():
+    """Seeded from its id: an attempt that starts over after a crash says again what was sent."""
+    sampled = {"max_tokens": 9, "temperature": 0.8, "stop": []}
+    first, again = engine_sampling(sampled, "job-a"), engine_sampling(sampled, "job-a")
+    assert first.seed is not None and first.seed == again.seed
+    assert engine_sampling(sampled, "job-b").seed != first.seed  # other jobs sample otherwise
+    assert engine_sampling({**sampled, "seed": 7}, "job-a").seed == 7  # the client's seed stands
+    assert engine_sampling({**sampled, "temperature": 0.0}, "job-a").seed is None  # greedy needs none
+
 # --- penalties ------------------------------------------------------------------------------
 
 def pick(logits, history, **params):

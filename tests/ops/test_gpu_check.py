@@ -1,10 +1,10 @@
 """bench/gpu_check.sh where there is no GPU: its arguments, the preflight that stops it at once
 (no GPU, too few GPUs, vLLM not importable) and the one result file it writes whatever happens;
-bench/gpu_report.py's headline from files written by bench.bench's own code. The script runs for
-real, as a subprocess; a stand-in `nvidia-smi` on PATH plays the GPUs."""
+bench/gpu_report.py's headline from result files of bench.bench's shape. The script and the
+report's command line run for real, as subprocesses, as the script calls them; a stand-in
+`nvidia-smi` on PATH plays the GPUs."""
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 import redis
 
-from bench import gpu_report
-from bench.bench import Sample, summarize, write_compare
 from tests.support import ROOT
 
 SCRIPT = ROOT / "bench" / "gpu_check.sh"
 H100 = "NVIDIA H100 80GB HBM3, 81559 MiB"
+PHASES = ["preflight", "install", "vllm", "gpu_tests", "side_by_side", "batching"]  # in the report's order
 
 
 def run_check(*args: str, path: str | None = None, **env: str) -> subprocess.CompletedProcess:
@@ -88,7 +87,7 @@ def test_without_a_gpu_it_stops_at_once_and_still_writes_the_report(tmp_path):
     report = the_report(tmp_path)
     assert report["ok"] is False and report["failed_phases"] == ["preflight"]
     assert "no CUDA GPU" in phases(report)["preflight"]["reason"]
-    assert [p["name"] for p in report["phases"]] == gpu_report.PHASES
+    assert [p["name"] for p in report["phases"]] == PHASES
     assert all(p["status"] == "skipped" for p in report["phases"][1:])  # no install was tried
     assert report["machine"]["gpu_count"] == 0
     assert report["headline"] == {"side_by_side": None, "batching": None}
@@ -153,26 +152,47 @@ exec sleep 120
         os.kill(int((tmp_path / "stand_in.pid").read_text()), 0)
 
 
-# --- the headline, from files bench.bench's own code writes -------------------------------------
+# --- the headline, from result files of bench.bench's shape ---------------------------------------
+def gpu_report(*args: str) -> subprocess.CompletedProcess:
+    """`python -m bench.gpu_report ...`, as bench/gpu_check.sh calls it."""
+    return subprocess.run([sys.executable, "-m", "bench.gpu_report", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=30)
+
+
 def rows(*levels: tuple[int, int, int, float, int]) -> list[dict]:
-    """bench.bench's summary rows: per level (clients, requests, tokens each, wall s, failed)."""
-    return [summarize(clients, [Sample(ok=i >= failed, ttft=0.1, latency=1.0, tokens=tokens)
-                                for i in range(requests)], wall)
+    """bench.bench's summary rows (bench/harness/stats.py's `summarize`) as the report reads
+    them: per level (clients, requests, tokens each, wall s, failed); tokens/s counts the
+    requests that did not fail."""
+    return [{"clients": clients, "requests": requests, "failed": failed, "wall_s": wall,
+             "tokens_per_s": round((requests - failed) * tokens / wall, 1)}
             for clients, requests, tokens, wall, failed in levels]
 
 
 def bench_output(folder: Path, levels: list[int], results: dict) -> Path:
-    args = argparse.Namespace(out=folder, levels=levels, openai=True, engines="vllm", max_tokens=128)
-    return write_compare(args, results)
+    """A `compare-<time>.json` as `bench.bench --openai` writes it."""
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "compare-20260101-120000.json"
+    path.write_text(json.dumps({"args": {"levels": str(levels), "openai": "True", "engines": "vllm"},
+                                "results": results}))
+    return path
+
+
+def report_of(tmp_path: Path, passed: list[str], **bench: Path) -> dict:
+    """A report started, with these phases passed, finished with these benchmarks' folders."""
+    file = tmp_path / "gpu-check.json"
+    gpu_report("start", file, "--model", "embedded", "--tensor-parallel", 1, "--pipeline-parallel", 1,
+               "--budget-s", 600, "--gpus", H100).check_returncode()
+    for name in passed:
+        gpu_report("phase", "--", file, name, "ok", 100).check_returncode()
+    gpu_report("finish", file, *[arg for name, folder in bench.items() for arg in ("--bench", f"{name}={folder}")])
+    return json.loads(file.read_text())
 
 
 def test_side_by_side_headline_is_tokens_per_s_per_level_and_llmq_over_vllm(tmp_path):
     source = bench_output(tmp_path / "sbs", [1, 16], {
         "llmq-vllm": rows((1, 8, 100, 2.0, 0), (16, 16, 100, 4.0, 0)),       # 400, 400 tok/s
         "vllm-server": rows((1, 8, 100, 1.6, 0), (16, 16, 100, 3.2, 0))})    # 500, 500 tok/s
-    report = gpu_report.new_report("embedded", 1, 1, 600, H100)
-    gpu_report.add_phase(report, "side_by_side", "ok", 120)
-    gpu_report.finish(report, {"side_by_side": tmp_path / "sbs"})
+    report = report_of(tmp_path, ["side_by_side"], side_by_side=tmp_path / "sbs")
     headline = report["headline"]["side_by_side"]
     assert headline["source"] == str(source)
     assert headline["levels"] == [
@@ -186,9 +206,7 @@ def test_batching_gain_is_the_batched_stack_over_batch_1(tmp_path):
     bench_output(tmp_path / "batching", [128], {
         "llmq-vllm": rows((128, 128, 64, 4.0, 0)),     # 2048 tok/s
         "llmq-b1": rows((128, 128, 64, 64.0, 0))})     # 128 tok/s
-    report = gpu_report.new_report("embedded", 1, 1, 600)
-    gpu_report.add_phase(report, "batching", "ok", 100)
-    gpu_report.finish(report, {"batching": tmp_path / "batching"})
+    report = report_of(tmp_path, ["batching"], batching=tmp_path / "batching")
     headline = report["headline"]["batching"]
     assert headline["batch_size"] == 128
     assert headline["levels"] == [{"clients": 128, "batched_tokens_per_s": 2048.0,
@@ -198,10 +216,7 @@ def test_batching_gain_is_the_batched_stack_over_batch_1(tmp_path):
 def test_a_benchmark_that_exited_0_with_failed_requests_or_no_file_is_a_failed_phase(tmp_path):
     bench_output(tmp_path / "sbs", [64], {
         "llmq-vllm": rows((64, 64, 100, 4.0, 3)), "vllm-server": rows((64, 64, 100, 4.0, 0))})
-    report = gpu_report.new_report("embedded", 1, 1, 600)
-    for name in gpu_report.PHASES:
-        gpu_report.add_phase(report, name, "ok", 1)
-    gpu_report.finish(report, {"side_by_side": tmp_path / "sbs", "batching": tmp_path / "none"})
+    report = report_of(tmp_path, PHASES, side_by_side=tmp_path / "sbs", batching=tmp_path / "none")
     found = phases(report)
     assert found["side_by_side"]["status"] == "failed" and "3 requests failed" in found["side_by_side"]["reason"]
     assert found["batching"]["status"] == "failed" and "no compare-*.json" in found["batching"]["reason"]
@@ -209,25 +224,27 @@ def test_a_benchmark_that_exited_0_with_failed_requests_or_no_file_is_a_failed_p
     assert report["failed_phases"] == ["side_by_side", "batching"] and report["ok"] is False
 
 
-def test_cli_as_the_script_calls_it_exits_0_only_when_every_phase_passed(tmp_path, capsys):
+def test_cli_as_the_script_calls_it_exits_0_only_when_every_phase_passed(tmp_path):
     bench_output(tmp_path / "sbs", [1], {"llmq-vllm": rows((1, 8, 100, 2.0, 0)),
                                          "vllm-server": rows((1, 8, 100, 2.0, 0))})
     bench_output(tmp_path / "batching", [128], {"llmq-vllm": rows((128, 128, 64, 4.0, 0)),
                                                 "llmq-b1": rows((128, 128, 64, 32.0, 0))})
     file = tmp_path / "gpu-check.json"
-    assert gpu_report.main(["start", str(file), "--model", "embedded", "--tensor-parallel", "1",
-                            "--pipeline-parallel", "1", "--budget-s", "600", "--gpus", H100]) == 0
-    for name in gpu_report.PHASES:
-        assert gpu_report.main(["phase", "--", str(file), name, "ok", "12.5", "-starts with a dash"]) == 0
-    finish = ["finish", str(file), "--bench", f"side_by_side={tmp_path / 'sbs'}",
+    assert gpu_report("start", file, "--model", "embedded", "--tensor-parallel", "1",
+                      "--pipeline-parallel", "1", "--budget-s", "600", "--gpus", H100).returncode == 0
+    for name in PHASES:
+        assert gpu_report("phase", "--", file, name, "ok", "12.5", "-starts with a dash").returncode == 0
+    finish = ["finish", file, "--bench", f"side_by_side={tmp_path / 'sbs'}",
               "--bench", f"batching={tmp_path / 'batching'}"]
-    assert gpu_report.main(finish) == 0
-    assert "every phase passed" in capsys.readouterr().out
+    done = gpu_report(*finish)
+    assert done.returncode == 0
+    assert "every phase passed" in done.stdout
     report = json.loads(file.read_text())
     assert report["ok"] is True and report["headline"]["batching"]["levels"][0]["gain"] == 8.0
     assert report["phases"][0] == {"name": "preflight", "status": "ok", "seconds": 12.5,
                                    "reason": "-starts with a dash"}
 
-    gpu_report.main(["phase", "--", str(file), "gpu_tests", "timed_out", "90", "no end within 90s"])
-    assert gpu_report.main(finish) == 1
-    assert "FAILED gpu_tests (timed_out: no end within 90s)" in capsys.readouterr().out
+    gpu_report("phase", "--", file, "gpu_tests", "timed_out", "90", "no end within 90s")
+    done = gpu_report(*finish)
+    assert done.returncode == 1
+    assert "FAILED gpu_tests (timed_out: no end within 90s)" in done.stdout

@@ -5,11 +5,11 @@ stand-in that writes down the environment and arguments it was started with."""
 import os
 import subprocess
 import sys
-import time
 
 import pytest
 
 from tests.support import ROOT
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to pin two workers")
 
@@ -40,11 +40,12 @@ def workers(tmp_path):
                               capture_output=True, text=True, timeout=60)
 
     def started(count):
-        """name -> {VAR: value} of the `count` workers started, once each has written it down."""
-        deadline = time.monotonic() + 20
-        while len(files := sorted(run_dir.glob("*.started"))) < count and time.monotonic() < deadline:
-            time.sleep(0.1)
-        time.sleep(0.2)  # let the last one finish writing
+        """name -> {VAR: value} of the `count` workers started, once each has written it down (its
+        ARGS line last)."""
+        def written():
+            files = sorted(run_dir.glob("*.started"))
+            return len(files) >= count and all("ARGS=" in f.read_text() for f in files) and files
+        files = wait_until(written, 20, interval=0.1, message=lambda: f"started: {list(run_dir.glob('*.started'))}")
         return {f.stem: dict(line.split("=", 1) for line in f.read_text().splitlines()) for f in files}
 
     yield run, started

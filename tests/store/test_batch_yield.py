@@ -1,4 +1,4 @@
-"""Batch lines yield slots to interactive jobs (worker/batch_yield.py): the room a worker leaves
+"""Batch lines yield slots to interactive jobs (common/scheduling/batch_share.py): the room a worker leaves
 them, and tickets that wait for room with their slot free, so an interactive job starts at once."""
 import collections
 import threading
@@ -9,7 +9,7 @@ import pytest
 from tests.support.scripted_jobs import RUNNER_SETTINGS, make_runner, queue_job
 from tests.support.settings import fresh_namespace
 from tests.support.waiting import wait_until
-from worker.batch_yield import BatchYield
+from common.scheduling.batch_share import BatchLineShare
 
 
 class Clock:
@@ -21,7 +21,7 @@ class Clock:
 
 def test_batch_room_is_capped_only_while_interactive_work_is_about():
     clock = Clock()
-    gate = BatchYield(slots=8, max_share=0.5, window_s=10, clock=clock)
+    gate = BatchLineShare(slots=8, max_share=0.5, window_s=10, clock=clock)
     assert gate.batch_room() is None  # no interactive job yet: the batch may take every slot
     gate.after_pick(None, "batch")
     gate.after_pick(gate.before_pick(), "batch")
@@ -39,10 +39,10 @@ def test_batch_room_is_capped_only_while_interactive_work_is_about():
 
 
 def test_the_batch_always_keeps_a_slot_and_a_share_of_one_is_no_cap():
-    gate = BatchYield(slots=1, max_share=0.5, window_s=10)
+    gate = BatchLineShare(slots=1, max_share=0.5, window_s=10)
     gate.after_pick(None, "high")
     assert gate.batch_room() == 1
-    assert BatchYield(slots=4, max_share=1, window_s=10).batch_room() is None
+    assert BatchLineShare(slots=4, max_share=1, window_s=10).batch_room() is None
 
 
 @pytest.fixture
@@ -87,7 +87,7 @@ def test_a_waiting_ticket_goes_back_when_the_worker_stops(store, settings):
     warm_up = queue_job(store, max_tokens=2)
     line = queue_job(store, max_tokens=40, priority="batch")
     job_runner, _ = make_runner(store, settings, {warm_up: "ok", line: "x" * 40}, delay=0.05)
-    job_runner.batch_yield.batch_slots = 0  # no room at all for the batch while interactive work is about
+    job_runner.picker.batch_share.batch_slots = 0  # no room at all for the batch while interactive work is about
     job_runner.run_ticket("t-warm", "default")
     result = {}
     waiting = threading.Thread(target=lambda: result.update(job_runner.run_ticket("t1", "default")), daemon=True)

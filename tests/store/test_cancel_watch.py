@@ -3,18 +3,13 @@ and a job that writes nothing meanwhile (a long prefill, a slow step) still stop
 import threading
 import time
 
-import pytest
-
 from tests.support.scripted_jobs import RUNNER_SETTINGS, make_runner, queue_job
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 from tests.support.waiting import wait_until
 from worker.cancel_watch import CancelWatch
 
 
-@pytest.fixture
-def settings():
-    with fresh_namespace(**RUNNER_SETTINGS) as settings:
-        yield settings
+settings = settings_fixture(scope="function", **RUNNER_SETTINGS)
 
 
 def test_one_read_looks_at_every_watched_job_and_each_cancel_is_reported_once(store):

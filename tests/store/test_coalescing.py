@@ -4,11 +4,9 @@ import threading
 import time
 import uuid
 
-import pytest
-
 from common.schemas import JobStatus
 from tests.support.scripted_jobs import RUNNER_SETTINGS, events_of, make_runner
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 from tests.support.waiting import wait_until
 
 QUEUE = "q"
@@ -16,11 +14,8 @@ DIGEST = "d" * 64
 ANSWER = "the same answer for everyone"
 
 
-@pytest.fixture
-def settings():
-    """A fresh namespace per test (the `store` fixture's), with quick heartbeats and cancel polls."""
-    with fresh_namespace(**RUNNER_SETTINGS) as settings:
-        yield settings
+# A fresh namespace per test (the `store` fixture's), with quick heartbeats and cancel polls.
+settings = settings_fixture(scope="function", **RUNNER_SETTINGS)
 
 
 def new_fields(owner=None):

@@ -1,21 +1,17 @@
-"""Fair share between API keys in the real Redis: the pick order of common/fair_queue.py, and the
+"""Fair share between API keys in the real Redis: the pick order of common/scheduling/fair_queue.py, and the
 queue positions the API reports from it (no worker: picks are what a worker's ticket does)."""
 import random
 import time
 import uuid
 
-import pytest
-
-from tests.support.settings import fresh_namespace
+from common.new_jobs import NewJob
+from tests.support.settings import settings_fixture
 
 QUEUE = "q"
 
 
-@pytest.fixture
-def settings():
-    """A fresh namespace per test: each starts with an empty queue (the `store` fixture's)."""
-    with fresh_namespace() as settings:
-        yield settings
+# A fresh namespace per test: each starts with an empty queue (the `store` fixture's).
+settings = settings_fixture(scope="function")
 
 
 def queue_job(store, owner, priority="normal", weight=1.0):
@@ -119,7 +115,7 @@ def test_cancelled_jobs_leave_and_tickets_resume_what_they_took(store):
 
 
 def test_a_worker_without_batch_room_leaves_batch_lines_queued_but_takes_interactive_jobs(store):
-    from common.fair_queue import CAPPED
+    from common.scheduling.fair_queue import CAPPED
 
     line = queue_job(store, "batcher", priority="batch")
     assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=0) == CAPPED
@@ -128,3 +124,26 @@ def test_a_worker_without_batch_room_leaves_batch_lines_queued_but_takes_interac
     assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=0)[:3] == (urgent, "picked", "low")
     assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=1)[:3] == (line, "picked", "batch")
     assert store.fair.pick(QUEUE, uuid.uuid4().hex, "w", batch_room=0) is None  # nothing waits
+
+
+def test_the_place_read_when_a_job_is_created_is_its_queue_position(store):
+    """Admission reads a new job's place in the same Lua call that creates it: the same number
+    `queue_position` computes later, across priorities, keys, weights and picks."""
+    rng = random.Random(7)
+    for n in range(120):
+        job_id = uuid.uuid4().hex
+        created = store.create(job_id, {"id": job_id, "status": "queued", "model": "m", "queue": QUEUE,
+                                        "created_at": time.time(), "owner": rng.choice([None, "a", "b", "c"]),
+                                        "priority": rng.choice(["high", "normal", "low", "batch"])},
+                               queue_limit=0, weight=rng.choice([1.0, 2.0]), place=True)
+        assert created.ahead == position(store, job_id)
+        if n % 5 == 0:
+            pick(store)
+
+
+def test_a_burst_of_jobs_is_created_in_order(store):
+    ids = [uuid.uuid4().hex for _ in range(5)]
+    created = store.create_many([NewJob(job_id, {"id": job_id, "status": "queued", "model": "m", "queue": QUEUE,
+                                                 "created_at": time.time()}) for job_id in ids], queue_limit=0)
+    assert [c.record["id"] for c in created] == ids
+    assert [pick(store) for _ in ids] == ids

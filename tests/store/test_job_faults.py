@@ -7,22 +7,18 @@ be staged exactly: a second delivery, a lapsed lease, a stale attempt writing la
 import threading
 import time
 
-import pytest
 import redis
 
 from api import create_app
 from common.schemas import JobStatus
 from common.sseclient import iter_sse
 from tests.support.scripted_jobs import RUNNER_SETTINGS, events_of, make_runner, queue_job
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 from tests.support.waiting import wait_until
 
 
-@pytest.fixture
-def settings():
-    """A fresh namespace per test (the `store` fixture's), with quick heartbeats and cancel polls."""
-    with fresh_namespace(**RUNNER_SETTINGS) as settings:
-        yield settings
+# A fresh namespace per test (the `store` fixture's), with quick heartbeats and cancel polls.
+settings = settings_fixture(scope="function", **RUNNER_SETTINGS)
 
 
 def ids_of(text):

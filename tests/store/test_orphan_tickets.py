@@ -3,18 +3,13 @@ ran a job on a worker killed since is redelivered to that worker's own queue, wh
 the live workers' heartbeats move it to the model's queue, so the job runs again."""
 import json
 
-import pytest
-
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 from worker.orphan_tickets import rescue
 
 QUEUE = "m"
 
 
-@pytest.fixture
-def settings():
-    with fresh_namespace() as settings:
-        yield settings
+settings = settings_fixture(scope="function")
 
 
 def ticket(name: str) -> str:

@@ -5,26 +5,21 @@ the batch's queue, to start over; a preemption never counts as a lost worker."""
 import threading
 import uuid
 
-import pytest
-
 from tests.support.scripted_jobs import RUNNER_SETTINGS, events_of, make_runner, queue_job
-from tests.support.settings import fresh_namespace
+from tests.support.settings import settings_fixture
 from tests.support.waiting import wait_until
 
 QUEUE = "q"
 
 
-@pytest.fixture
-def settings():
-    with fresh_namespace(**RUNNER_SETTINGS, max_batch_size=2, batch_max_share=0.5) as settings:
-        yield settings
+settings = settings_fixture(scope="function", **RUNNER_SETTINGS, max_batch_size=2, batch_max_share=0.5)
 
 
 def test_the_line_beyond_the_share_that_started_last_starts_over_after_the_interactive_job(store, settings):
     older, younger = (queue_job(store, queue=QUEUE, priority="batch") for _ in range(2))
     runner, _ = make_runner(store, settings, {older: "o" * 400, younger: "y" * 400}, delay=0.02)
     tickets = []
-    runner.send_ticket = tickets.append
+    runner.picker.send_ticket = tickets.append
     results = {}
 
     def run(name):

@@ -1,4 +1,4 @@
-"""Prefix affinity in the real Redis (common/prefix_affinity.py, common/lua/fair_pick.lua): a job
+"""Prefix affinity in the real Redis (common/scheduling/prefix_affinity.py, common/lua/fair_pick.lua): a job
 is left for a worker that served its prompt's start while that worker has a free slot, for at most
 the affinity wait; a worker with room takes it when every holder is full, and becomes a holder too;
 job order (priorities, fair shares) never changes."""
@@ -7,10 +7,10 @@ import uuid
 
 import pytest
 
-from common.fair_queue import CAPPED
-from common.prefix_affinity import BLOCK_TOKENS, MAX_BLOCKS, MAX_HOLDERS, Deferred, prefix_blocks
+from common.scheduling.fair_queue import CAPPED
+from common.scheduling.free_slots import FreeSlots
+from common.scheduling.prefix_affinity import BLOCK_TOKENS, MAX_BLOCKS, MAX_HOLDERS, Deferred, prefix_blocks
 from tests.support.settings import fresh_namespace
-from worker.free_slots import FreeSlots
 
 QUEUE = "q"
 WAIT_S = 0.3
@@ -37,7 +37,7 @@ def pick(store, worker, wait_s=WAIT_S):
 
 
 def free(store, worker, slots=2):
-    """What a worker with `slots` free slots has written (worker/free_slots.py)."""
+    """What a worker with `slots` free slots has written (common/scheduling/free_slots.py)."""
     FreeSlots(store.r, store.keys.free_slots(worker), slots, ttl_s=60).publish()
 
 

@@ -3,9 +3,10 @@ results of a batch."""
 from __future__ import annotations
 
 import json
-import time
 
 import requests
+
+from tests.support.waiting import wait_until
 
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -36,16 +37,14 @@ def create_batch(base: str, file_id: str, headers: dict | None = None) -> dict:
 
 
 def wait_batch(base: str, batch_id: str, timeout: float = 240, until=("completed", "failed", "expired", "cancelled")) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            state = requests.get(f"{base}/v1/batches/{batch_id}", timeout=10).json()
-            if state.get("status") in until:
-                return state
-        except (requests.RequestException, ValueError):
-            pass  # the API or Redis is being restarted
-        time.sleep(0.5)
-    raise TimeoutError(f"batch {batch_id} did not end: {state}")
+    """The batch once its status is one of `until`, read through restarts of the API or Redis."""
+    last = {}  # the state read last, for the failure's message
+
+    def ended() -> dict | None:
+        last["state"] = state = requests.get(f"{base}/v1/batches/{batch_id}", timeout=10).json()
+        return state if state.get("status") in until else None
+    return wait_until(ended, timeout, interval=0.5, ignoring=(requests.RequestException, ValueError),
+                      message=lambda: f"batch {batch_id} did not end: {last.get('state')}")
 
 
 def results(base: str, state: dict) -> tuple[list[dict], list[dict]]:

@@ -5,7 +5,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import redis
@@ -36,13 +35,12 @@ class WorkerProcess:
 
     def wait_ready(self, timeout: float = 120) -> None:
         app = make_celery(self.settings)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"worker exited: {self.log_path.read_text()[-3000:]}")
-            if any(self.name in n for reply in app.control.ping(timeout=0.5) for n in reply):
-                return
-        raise TimeoutError(f"worker not ready: {self.log_path.read_text()[-3000:]}")
+
+        def answers() -> bool:
+            assert self.proc.poll() is None, f"worker exited: {self.log_path.read_text()[-3000:]}"
+            return any(self.name in n for reply in app.control.ping(timeout=0.5) for n in reply)
+        wait_until(answers, timeout, interval=0,  # each ping waits half a second for replies
+                   message=lambda: f"worker not ready: {self.log_path.read_text()[-3000:]}")
 
     def stop(self, sig=signal.SIGTERM, timeout: float = 30) -> None:
         if self.proc.poll() is None:
@@ -64,10 +62,8 @@ def kill_9_mid_job(url: str, worker: WorkerProcess, job_id: str) -> None:
 
     children = psutil.Process(worker.proc.pid).children(recursive=True)
     assert children, "the engine runs in child processes"
-    deadline = time.monotonic() + 120
-    while requests.get(f"{url}/v1/jobs/{job_id}", timeout=10).json()["text"] == "":
-        assert time.monotonic() < deadline, "the job did not start"
-        time.sleep(0.1)
+    wait_until(lambda: requests.get(f"{url}/v1/jobs/{job_id}", timeout=10).json()["text"], 120, interval=0.1,
+               message="the job did not start")
     worker.kill()
     _, alive = psutil.wait_procs(children, timeout=20)
     assert not alive, f"engine processes outlived their worker: {alive}"

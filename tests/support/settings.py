@@ -7,12 +7,15 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
 import redis
 
 from common.settings import Settings, subprocess_env
+from tests.support.parallel import worker_index
 
 REDIS_HOST = os.environ.get("LLMQ_TEST_REDIS", "redis://127.0.0.1:6379")
-REDIS_DB = int(os.environ.get("LLMQ_TEST_REDIS_DB", "11"))
+# Each of pytest-xdist's worker processes has a db of its own: LLMQ_TEST_REDIS_DB (11), the next...
+REDIS_DB = int(os.environ.get("LLMQ_TEST_REDIS_DB", "11")) + worker_index()
 # Two webhook signing secrets (a rotation in progress): every delivery carries both signatures.
 WEBHOOK_SECRETS = ("whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD")
 
@@ -56,3 +59,21 @@ def fresh_namespace(**overrides) -> Iterator[Settings]:
         yield settings
     finally:
         cleanup_namespace(settings)
+
+
+def settings_fixture(scope: str = "module", **overrides):
+    """The `settings` fixture of a module whose tests need settings of their own: a fresh
+    namespace with `overrides`, deleted after the module (scope="function": one per test, for
+    tests that each need an empty queue):
+
+        settings = settings_fixture(max_queue=3)
+
+    An override given as a function is called with pytest's `tmp_path_factory` (a file the
+    settings name, which the module writes)."""
+    @pytest.fixture(scope=scope, name="settings")
+    def settings(tmp_path_factory):
+        values = {name: value(tmp_path_factory) if callable(value) else value for name, value in overrides.items()}
+        with fresh_namespace(**values) as made:
+            yield made
+
+    return settings

@@ -3,21 +3,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from typing import TypeVar
 
 import requests
 
+T = TypeVar("T")
 
-def wait_until(predicate: Callable[[], object], timeout: float = 10, *, interval: float = 0.01,
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10, *, interval: float = 0.01,
                ignoring: tuple[type[BaseException], ...] = (),
-               message: str | Callable[[], str] = "timed out") -> None:
-    """Poll `predicate` every `interval` seconds until it holds; fail the test after `timeout`
-    seconds with `message` (or what it returns). An exception in `ignoring` (a server still
-    starting) counts as "not yet"."""
+               message: str | Callable[[], str] = "timed out") -> T:
+    """Poll `predicate` every `interval` seconds until it holds, and return what it returned (a
+    record, once it has ended); fail the test after `timeout` seconds with `message` (or what it
+    returns). An exception in `ignoring` (a server still starting) counts as "not yet"."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            if predicate():
-                return
+            if value := predicate():
+                return value
         except ignoring:
             pass
         if time.monotonic() >= deadline:
@@ -27,10 +30,7 @@ def wait_until(predicate: Callable[[], object], timeout: float = 10, *, interval
 
 def wait_for_job(base_url: str, job_id: str, timeout: float = 120) -> dict:
     """The job's record once it has ended, read from the jobs API at `base_url`."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def ended() -> dict | None:
         job = requests.get(f"{base_url}/v1/jobs/{job_id}", timeout=10).json()
-        if job["status"] not in ("queued", "running"):
-            return job
-        time.sleep(0.1)
-    raise TimeoutError(f"job {job_id} still {job['status']}")
+        return job if job["status"] not in ("queued", "running") else None
+    return wait_until(ended, timeout, interval=0.1, message=f"job {job_id} did not end")

@@ -26,8 +26,9 @@ class RequestStream:
     costs one Redis write and one SSE event per client instead of one per decode step, and on
     a CPU those writes take cores from the model."""
 
-    def __init__(self, request_id: str):
+    def __init__(self, request_id: str, clock=time.monotonic):
         self.request_id = request_id
+        self._clock = clock  # what `hold_until` is a time of (a test moves its own)
         self._outputs: collections.deque[RequestOutput] = collections.deque()
         self._ready = threading.Condition()
         self._wake_from = 0.0  # monotonic time from which a new output wakes the reader
@@ -36,7 +37,7 @@ class RequestStream:
     def put(self, output: RequestOutput) -> None:
         with self._ready:
             self._outputs.append(output)
-            if output.finished or time.monotonic() >= self._wake_from:
+            if output.finished or self._clock() >= self._wake_from:
                 self._ready.notify()
 
     def poke(self) -> None:
@@ -47,25 +48,25 @@ class RequestStream:
 
     def get(self, timeout: float) -> RequestOutput | None:
         """The next output, or None if none came within `timeout` seconds."""
-        end = time.monotonic() + timeout
+        end = self._clock() + timeout
         with self._ready:
             while not self._outputs:
-                left = end - time.monotonic()
+                left = end - self._clock()
                 if left <= 0:
                     return None
                 self._ready.wait(left)
             return self._outputs.popleft()
 
     def take(self, timeout: float, hold_until: float = 0.0) -> list[RequestOutput]:
-        """Every output there, once one is and `hold_until` (a `time.monotonic()` time) has
+        """Every output there, once one is and `hold_until` (a time of the stream's clock) has
         passed, or at once when one of them ends the request; [] if none is due within `timeout`
         seconds or once `poke`d (what came meanwhile stays, for the next call)."""
-        end = time.monotonic() + timeout
+        end = self._clock() + timeout
         with self._ready:
             self._wake_from = hold_until
             try:
-                while not (self._outputs and (self._outputs[-1].finished or time.monotonic() >= hold_until)):
-                    now = time.monotonic()
+                while not (self._outputs and (self._outputs[-1].finished or self._clock() >= hold_until)):
+                    now = self._clock()
                     if now >= end or self._poked:
                         self._poked = False
                         return []
