@@ -12,7 +12,7 @@ def queue_eta(svc: Services, record: dict, ahead: int | None = None) -> dict:
     if record.get("status") != JobStatus.QUEUED:
         return {}
     if ahead is None:
-        ahead = svc.store.queue_position(record)
+        ahead = svc.jobs.queue_position(record)
     if ahead is None:
         return {}
     return place_fields(ahead, estimate(ahead, max_tokens_of(record), svc.fleet.loads(record.get("model"))))

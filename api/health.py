@@ -34,7 +34,7 @@ def health():
     body["models"] = {d.model: model_state(d, body["workers_detail"])
                       for d in svc.model_demands(body["workers_detail"])}
     body["workers"] = sorted(info["name"] for info in body["workers_detail"])
-    body["queue_depth"] = svc.store.queue_depth()
+    body["queue_depth"] = svc.jobs.queue_depth()
     if request.args.get("deep", "").lower() in ("1", "true", "yes"):
         replies = svc.celery.control.ping(timeout=svc.settings.health_ping_timeout_s)
         body["celery_workers"] = sorted(name for reply in replies for name in reply)

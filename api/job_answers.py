@@ -35,7 +35,7 @@ def wait_for_end(svc: Services, record: dict, timeout: float | None = None) -> d
         for _, event, _ in events:
             if event == "done" or (deadline is not None and time.monotonic() > deadline):
                 break
-    return svc.store.get(record["id"]) or {**record, "status": JobStatus.EXPIRED}
+    return svc.jobs.get(record["id"]) or {**record, "status": JobStatus.EXPIRED}
 
 
 def log_events(svc: Services, job_id: str, every_attempt: bool = False) -> Iterator[tuple[str, dict | str]]:
@@ -62,7 +62,7 @@ def worker_lost_chunk() -> str:
 
 def cancel_after_disconnect(svc: Services, job_id: str) -> None:
     try:
-        outcome = svc.store.cancel(job_id)
+        outcome = svc.jobs.cancel(job_id)
         log.info("job %s: client left its stream; cancel -> %s", job_id, outcome, extra={"job_id": job_id})
     except redis.RedisError as exc:
         log.warning("job %s: could not cancel after the client left: %s", job_id, exc)

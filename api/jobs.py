@@ -35,7 +35,7 @@ def json_body() -> object:
 def _record_or_404(job_id: str) -> dict:
     """The job as its owner may see it: another key's job is 404, like an unknown one. A queued
     job past its deadline is expired here, so it shows as such even when no worker runs."""
-    store = services().store
+    store = services().jobs
     record = store.get(job_id)
     if record is not None and is_overdue(record) and store.expire_if_overdue(job_id):
         record = store.get(job_id)
@@ -95,11 +95,11 @@ def stream_job_events(job_id: str):
 def cancel_job(job_id: str):
     svc = services()
     _record_or_404(job_id)
-    outcome = svc.store.cancel(job_id)
+    outcome = svc.jobs.cancel(job_id)
     if outcome is CancelOutcome.MISSING:
         raise ApiError(404, "not_found", f"no job {job_id!r} (unknown, or expired)")
     if isinstance(outcome, JobStatus):
         raise ApiError(409, "conflict", f"job {job_id} has already ended ({outcome}); nothing to cancel")
-    response = jsonify(job_view(svc.store.get(job_id)))
+    response = jsonify(job_view(svc.jobs.get(job_id)))
     response.status_code = 200 if outcome is CancelOutcome.CANCELLED else 202
     return response

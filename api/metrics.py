@@ -43,7 +43,7 @@ class ClusterCollector:
         svc = self.svc
         workers = svc.registry.live()
         queued = GaugeMetricFamily("llmq_jobs", "jobs now queued or running", labels=["status"])
-        queued.add_metric(["queued"], svc.store.queue_depth())
+        queued.add_metric(["queued"], svc.jobs.queue_depth())
         queued.add_metric(["running"], sum(w.get("running", 0) for w in workers))
         yield queued
         depth = GaugeMetricFamily("llmq_queue_depth", "messages waiting in each Celery queue",

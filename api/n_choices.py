@@ -94,7 +94,7 @@ def _cancel_all(svc: Services, records: list[dict]) -> None:
     """The siblings of a choice that failed or was refused: nobody will read their answers."""
     for record in records:
         try:
-            svc.store.cancel(record["id"])  # an ended one stays as it is
+            svc.jobs.cancel(record["id"])  # an ended one stays as it is
         except redis.RedisError as exc:
             log.warning("job %s: could not cancel it with its sibling: %s", record["id"], exc)
 

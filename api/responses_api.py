@@ -85,7 +85,7 @@ def cancel_response(response_id: str):
         if record["status"] != JobStatus.CANCELLED:
             raise ApiError(409, "conflict", f"response {response_id} has already ended ({response_object(record).status})")
         return _json(response_object(record))
-    svc.store.cancel(record["id"])
+    svc.jobs.cancel(record["id"])
     return _json(response_object(wait_for_end(svc, record, timeout=CANCEL_WAIT_S)))
 
 
@@ -94,9 +94,9 @@ def delete_response(response_id: str):
     svc = services()
     record = _record_or_404(svc, response_id)
     if not JobStatus(record["status"]).terminal:
-        svc.store.cancel(record["id"])
+        svc.jobs.cancel(record["id"])
         wait_for_end(svc, record, timeout=CANCEL_WAIT_S)
-    svc.store.delete(record["id"])
+    svc.jobs.delete(record["id"])
     return _json(DeletedResponse(id=response_id))
 
 
@@ -133,7 +133,7 @@ def _record_or_404(svc: Services, rid: str, param: str | None = None) -> dict:
     """The response as its owner may see it: another key's, a plain job's, an unstored one's
     or an unknown one's id are all 404."""
     job_id = job_id_of(rid)
-    record = svc.store.get(job_id) if job_id else None
+    record = svc.jobs.get(job_id) if job_id else None
     if (record is None or not may_access(record) or not record.get("response")
             or not record["response"].get("store", True)):
         raise ApiError(404, "not_found", f"no response {rid!r} (unknown, not stored, or expired)", param=param)
@@ -187,7 +187,7 @@ def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: b
                 elif event == "restart":
                     events = stream.on_restart()
                 else:  # done
-                    final = svc.store.get(record["id"]) or {**record, **data, "status": JobStatus.EXPIRED}
+                    final = svc.jobs.get(record["id"]) or {**record, **data, "status": JobStatus.EXPIRED}
                     events = stream.on_done(final)
                 if stream.diverged:  # numbered events already sent cannot be taken back
                     yield _error_event("the worker running this response was lost and its new attempt "
@@ -200,7 +200,7 @@ def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: b
     finally:
         if not finished and cancel_on_leave and svc.settings.cancel_on_disconnect:
             with contextlib.suppress(Exception):
-                svc.store.cancel(record["id"])
+                svc.jobs.cancel(record["id"])
 
 
 def _error_event(message: str) -> str:

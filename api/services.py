@@ -24,7 +24,7 @@ class Services(Stores):
         self.admission = Admission(self)
         self.limits = RateLimiter(self.redis, self.keys, settings)
         self.wakeups = JobWakeups(self.redis, self.keys)
-        self.places = QueuePlaces(self.store, self.registry, self.model_loads, settings.queue_place_interval_s,
+        self.places = QueuePlaces(self.jobs, self.registry, self.model_loads, settings.queue_place_interval_s,
                                   settings.queue_place_every_s)
         self.streams = StreamLimits(self.redis, self.keys, settings)
         self.fleet = FleetView(self.registry, self.model_loads)

@@ -77,9 +77,9 @@ def _events_until_done(svc: Services, job_id: str, last: str, woken: JobWatcher,
                 return
         if woken.wait(timeout=svc.settings.sse_heartbeat_s):
             continue
-        record = svc.store.get(job_id)
+        record = svc.jobs.get(job_id)
         if record is not None and is_overdue(record):
-            svc.store.expire_if_overdue(job_id)  # logs `done`, read on the next pass
+            svc.jobs.expire_if_overdue(job_id)  # logs `done`, read on the next pass
             continue
         if record is None or _ended_without_done(svc, job_id, record, last):
             if record and last == "0" and record.get("text"):  # log expired: replay the record

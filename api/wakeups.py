@@ -30,6 +30,7 @@ from contextlib import contextmanager
 import redis
 
 from common.keys import Keys
+from common.redis_retry import Backoff
 from common.token_log import Announcement, parse_announcement
 
 log = logging.getLogger(__name__)
@@ -114,7 +115,7 @@ class JobWakeups:
         return self._listening
 
     def _listen(self) -> None:
-        idle_since, delay = None, 0.1
+        idle_since, backoff = None, Backoff(first_s=0.1)
         while True:
             pubsub = self._client.pubsub()
             try:
@@ -125,7 +126,7 @@ class JobWakeups:
                         self._wake(message["channel"][len(self._head):-len(self._tail) or None],
                                    parse_announcement(message["data"]))
                     elif message["type"] == "psubscribe":
-                        delay = 0.1
+                        backoff.reset()
                         self._wake_all()  # what was published before now was not heard
                     if self._watchers:
                         idle_since = None
@@ -134,6 +135,7 @@ class JobWakeups:
                     if self._end_if_unwatched(time.monotonic() - idle_since >= self._linger_s):
                         return
             except Exception as exc:  # never die silently: relays would wait for their heartbeats
+                delay = backoff.next()
                 if isinstance(exc, redis.RedisError):
                     log.warning("SSE wake-up listener lost Redis (%s); again in %.1f s", exc, delay)
                 else:
@@ -142,7 +144,6 @@ class JobWakeups:
                 if self._end_if_unwatched(True):  # nobody left to wake: stop retrying
                     return
                 time.sleep(delay)
-                delay = min(delay * 2, 2.0)
             finally:
                 try:
                     pubsub.close()

@@ -43,7 +43,7 @@ class Admission:
     def __init__(self, stores: Stores):
         self.stores = stores
         self.settings = stores.settings
-        self.store = stores.store
+        self.store = stores.jobs
         self.cache = stores.cache
         self._lock = threading.Lock()
         self.catalog = Catalog.from_settings(self.settings)

@@ -33,7 +33,7 @@ E = TypeVar("E", bound=enum.Enum)
 
 
 class Claimed(str, enum.Enum):
-    """What a worker's claim of a delivered job found (`JobStore.start`), unless the job had
+    """What a worker's claim of a delivered job found (`JobStore.claim`), unless the job had
     already ended: then the claim's outcome is the `JobStatus` it ended in."""
     START = "start"  # it was queued: run it
     REDELIVERED = "redelivered"  # its worker was lost: continue it from its log (or `restart` it)
@@ -131,7 +131,7 @@ class JobStore:
         pipe.expire(self.keys.job(job_id), self.job_ttl_s)
         pipe.execute()
 
-    def start(self, job_id: str, worker: str, max_attempts: int, lease_ttl_s: int = 15) -> Claim:
+    def claim(self, job_id: str, worker: str, max_attempts: int, lease_ttl_s: int = 15) -> Claim:
         """Claim a delivered job (see `Claimed`). A claim takes the job's lease, which its worker
         renews (`renew_lease`) and which lapses if that worker dies. A redelivered job keeps its
         text and log, for the new attempt to continue (or to `restart`)."""

@@ -74,7 +74,7 @@ def api(app, settings):
 @pytest.fixture
 def store(settings):
     """The job store on `settings`' namespace (common/jobs.py), for tests without an API."""
-    return Stores(settings).store
+    return Stores(settings).jobs
 
 
 @pytest.fixture

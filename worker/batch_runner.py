@@ -125,7 +125,7 @@ class BatchRunner:
         for start in range(0, len(pending), _READ_CHUNK):
             renew()
             lines = pending[start:start + _READ_CHUNK]
-            records = self.stores.store.get_many([line_job_id(batch_id, line) for line in lines])
+            records = self.stores.jobs.get_many([line_job_id(batch_id, line) for line in lines])
             for line, record in zip(lines, records):
                 if record is None:
                     self._requeue(batch, line, ending)
@@ -180,7 +180,7 @@ class BatchRunner:
         batch_id = batch["id"]
         if not batch.get("jobs_stopped"):
             for line in self.batches.pending(batch_id):
-                self.stores.store.cancel(line_job_id(batch_id, line))
+                self.stores.jobs.cancel(line_job_id(batch_id, line))
             self.batches.update(batch_id, jobs_stopped=time.time())
             batch = self.batches.get(batch_id)
         self._collect(batch, lambda: None, ending)

@@ -50,7 +50,7 @@ class WorkerRuntime:
         # Every held job writes through one pool of a few sockets: its commands are short, and a
         # socket per job would cost Redis a client per held job across the whole fleet
         self.stores = stores or worker_stores(settings)
-        self.keys, self.redis, self.store = self.stores.keys, self.stores.redis, self.stores.store
+        self.keys, self.redis, self.store = self.stores.keys, self.stores.redis, self.stores.jobs
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
         self.leases = Leases(self.store, self.name, lease_ttl(settings))

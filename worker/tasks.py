@@ -1,4 +1,4 @@
-"""Celery glue: the one task, `llmq.ticket(job_id, model)`, a ticket for the model's fair queue
+"""Celery glue: the one task, `llmq.ticket(sent_for_job, model)`, a ticket for the model's fair queue
 that the job runner of that model (one per model the worker holds) turns into a job run."""
 from __future__ import annotations
 
@@ -35,11 +35,12 @@ def job_runner(rt: WorkerRuntime) -> JobRunner:
         return rt.runner
 
 
-def run_ticket(self, job_id: str, model: str) -> dict:
+def run_ticket(self, sent_for_job: str, model: str) -> dict:
     """A ticket for the model's fair queue: run the fairest queued job now that a slot is free
-    (`job_id` is the job admitted with this message; another key's job may be fairer, and the
-    worker's log names the one that ran). The arguments carry no prompt text: the job record holds
-    it. The return value (Flower shows it, from the `task-succeeded` event) carries no job id, so
+    (`sent_for_job` is the job whose admission sent this message, "" for a spare ticket, and is
+    not read: another key's job may be fairer, and the worker's log names the one that ran). The
+    arguments (positional on the wire) carry no prompt text: the job record holds it. The return
+    value (Flower shows it, from the `task-succeeded` event) carries no job id, so
     `private_task_events` stays private."""
     if _held is None:
         raise RuntimeError("worker runtime not built; start workers with `python -m worker`")

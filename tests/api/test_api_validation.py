@@ -97,8 +97,8 @@ def test_cancel_queued_job_then_cancel_again_is_409_and_it_never_runs(api, setti
     assert cancelled.get_json()["status"] == "cancelled"
     assert_error(api.post(f"/v1/jobs/{job['id']}/cancel"), 409, "conflict")
     # when a worker later receives the message, the job is not started
-    store = api.application.extensions["llmq"].store
-    outcome, _ = store.start(job["id"], "w", max_attempts=3)
+    store = api.application.extensions["llmq"].jobs
+    outcome, _ = store.claim(job["id"], "w", max_attempts=3)
     assert outcome == "cancelled"
     assert store.get(job["id"])["status"] == "cancelled"
     # and its event log is closed, so SSE listeners end
@@ -106,7 +106,7 @@ def test_cancel_queued_job_then_cancel_again_is_409_and_it_never_runs(api, setti
 
 
 def test_full_queue_is_429_with_retry_after_and_queued_jobs_are_untouched(api, settings):
-    store = api.application.extensions["llmq"].store
+    store = api.application.extensions["llmq"].jobs
     admitted = []
     while True:
         resp = api.post("/v1/jobs", json={"prompt": f"job {len(admitted)}", "cache": False})
@@ -139,7 +139,7 @@ def test_a_valid_job_is_accepted_with_location(api):
 
 
 def test_a_malformed_last_event_id_is_400_and_a_good_one_is_taken(api):
-    store = api.application.extensions["llmq"].store
+    store = api.application.extensions["llmq"].jobs
     store.create_finished("finished-job", {"id": "finished-job", "status": "succeeded", "model": "m",
                                            "created_at": 1.0, "text": "hi"})
     for bad in ("abc", "1-2-3", "-5"):

@@ -78,7 +78,7 @@ def test_a_key_sees_and_cancels_only_its_own_jobs(api, app):
     assert api.get(f"/v1/jobs/{job['id']}", headers=bearer("bob")).get_json()["status"] == "queued"
     assert api.delete(f"/v1/jobs/{job['id']}", headers=bearer("bob")).status_code == 200
     # the record names the owner by key id; neither the key nor its hash is stored
-    store = app.extensions["llmq"].store
+    store = app.extensions["llmq"].jobs
     raw = store.r.hgetall(store.keys.job(job["id"]))
     assert raw["owner"] == "bob"
     assert not any(KEYS["bob"] in v or hash_key(KEYS["bob"]) in v for v in raw.values())

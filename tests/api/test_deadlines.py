@@ -59,18 +59,18 @@ def test_expired_jobs_leave_the_queue_bound_even_if_nobody_reads_them(make_api):
     time.sleep(0.7)  # the behaviour: both run past their 0.5 s deadline, unread
     fresh = post(api)  # admission sweeps the overdue jobs first
     assert fresh.status_code == 202
-    store = api.application.extensions["llmq"].store
+    store = api.application.extensions["llmq"].jobs
     assert [store.status(j) for j in stale] == [JobStatus.EXPIRED, JobStatus.EXPIRED]
     assert store.queue_depth() == 1
 
 
 def test_records_and_token_logs_expire_after_the_ttl(make_api):
     api = make_api(job_ttl_s=1)
-    store = api.application.extensions["llmq"].store
+    store = api.application.extensions["llmq"].jobs
     cancelled = post(api).get_json()["id"]
     assert api.delete(f"/v1/jobs/{cancelled}").status_code == 200
     finished = post(api).get_json()["id"]  # ended by a (simulated) worker, with a token log
-    assert store.start(finished, "w", max_attempts=3)[0] == "start"
+    assert store.claim(finished, "w", max_attempts=3)[0] == "start"
     assert store.log.append_chunk(finished, 1, {"index": 0, "text": "hi"}, text="hi")
     assert store.finish(finished, JobStatus.SUCCEEDED, attempt=1, finish_reason="stop", text="hi")
     store.log.publish_done(finished)

@@ -118,7 +118,7 @@ def test_a_bad_file_fails_validation_with_line_numbers_and_queues_nothing(api):
     assert errors[6]["code"] == "context_length_exceeded"
     assert errors[7]["param"] == "body.n"
     assert errors[8]["code"] == "invalid_method"
-    assert svc.redis.zcard(svc.keys.queued) == 0 and svc.store.get(line_job_id(batch["id"], 1)) is None
+    assert svc.redis.zcard(svc.keys.queued) == 0 and svc.jobs.get(line_job_id(batch["id"], 1)) is None
     assert_openai_error(client.post(f"/v1/batches/{batch['id']}/cancel"), 409)
 
 
@@ -141,12 +141,12 @@ def ended_lines(client, svc, batch_id):
 def test_batch_lines_wait_below_interactive_jobs_and_outside_the_queue_bound(api):
     client, svc = api, api.services
     batch_id = run_to_in_progress(client, svc, 8)  # more lines than max_queue (5)
-    job = svc.store.get(line_job_id(batch_id, 1))
+    job = svc.jobs.get(line_job_id(batch_id, 1))
     assert job["status"] == "queued" and job["priority"] == "batch"
     resp = client.post("/v1/jobs", json={"prompt": "Hi", "max_tokens": 4, "priority": "low", "cache": False})
     assert resp.status_code == 202, resp.get_json()  # the batch's 8 lines do not fill the bound
     assert resp.get_json()["queue_position"] == 1  # next: ahead of all of them
-    picked = svc.store.fair.pick(job["queue"], "ticket-1").job_id
+    picked = svc.jobs.fair.pick(job["queue"], "ticket-1").job_id
     assert picked == resp.get_json()["id"]
 
 
@@ -164,7 +164,7 @@ def test_cancel_accounts_for_every_line_as_batch_cancelled(api, monkeypatch):
     assert state["request_counts"] == {"total": 6, "completed": 0, "failed": 6}
     assert sorted(line["custom_id"] for line in lines) == sorted(f"c{i}" for i in range(6))
     assert {line["error"]["code"] for line in lines} == {"batch_cancelled"}
-    assert svc.store.get(line_job_id(batch_id, 1))["status"] == "cancelled"
+    assert svc.jobs.get(line_job_id(batch_id, 1))["status"] == "cancelled"
     assert_openai_error(client.post(f"/v1/batches/{batch_id}/cancel"), 409)
     assert BatchRunner(svc.admission).advance(batch_id)  # a step too many changes nothing
     assert [b["status"] for b in ended] == ["cancelled"]  # the webhook hook, called once
@@ -246,7 +246,7 @@ def test_watchdog_kicks_only_stalled_batches_and_replaces_their_chain(api):
 def test_a_stalled_batch_tops_up_the_tickets_of_its_queued_lines(api):
     client, svc = api, api.services
     batch_id = run_to_in_progress(client, svc, 3)
-    queue = svc.store.get(line_job_id(batch_id, 1))["queue"]
+    queue = svc.jobs.get(line_job_id(batch_id, 1))["queue"]
     tickets = lambda: sum(svc.redis.llen(key) for key in svc.keys.broker_lists(queue))
     before = tickets()
     assert before == 3  # one per line

@@ -202,7 +202,7 @@ def test_a_slow_reader_does_not_stall_other_streams(gevent_stack):
     server's write to it blocks); meanwhile other streams on the same process complete, and the
     stalled one is intact when its client reads at last."""
     api, settings = gevent_stack
-    store = Stores(settings.model_copy(update={"events_maxlen": 100_000})).store
+    store = Stores(settings.model_copy(update={"events_maxlen": 100_000})).jobs
     big = uuid.uuid4().hex
     store.create_finished(big, {"id": big, "status": "succeeded", "model": "m", "created_at": time.time(),
                                 "finished_at": time.time(), "finish_reason": "length"})

@@ -110,4 +110,4 @@ def test_when_a_choice_is_refused_the_choices_admitted_before_it_are_cancelled(m
             "model": MODEL, "messages": CHAT, "n": 3, "temperature": 1.0})
         assert openai_error(resp, 429)["code"] == "queue_full"
         svc = app.extensions["llmq"]
-        assert svc.store.queue_depth() == 0  # the two admitted siblings left the queue
+        assert svc.jobs.queue_depth() == 0  # the two admitted siblings left the queue

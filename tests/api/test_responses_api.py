@@ -84,10 +84,10 @@ def test_events_are_numbered_the_same_however_the_log_is_read(api, settings):
     created = create(api, tools=[{"type": "function", "name": "get_time", "parameters": {"type": "object"}}])
     job_id = created["id"].removeprefix("resp_")
     svc = api.services
-    svc.store.r.hset(svc.store.keys.job(job_id), mapping={"status": "running"})  # as if a worker took it
+    svc.jobs.r.hset(svc.jobs.keys.job(job_id), mapping={"status": "running"})  # as if a worker took it
     for piece in ("The time", " is: ", "<tool_call>", '{"name": "get_time", "arguments": {}}', "</tool_call>"):
         svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
-    svc.store.finish(job_id, JobStatus.SUCCEEDED, text='The time is: <tool_call>{"name": "get_time", '
+    svc.jobs.finish(job_id, JobStatus.SUCCEEDED, text='The time is: <tool_call>{"name": "get_time", '
                      '"arguments": {}}</tool_call>', finish_reason="stop", completion_tokens=9)
     svc.log.publish_done(job_id)
 
@@ -124,13 +124,13 @@ def _logged_response(api, pieces, final_text, **body):
     created = create(api, **body)
     job_id = created["id"].removeprefix("resp_")
     svc = api.services
-    svc.store.r.hset(svc.store.keys.job(job_id), mapping={"status": "running"})
+    svc.jobs.r.hset(svc.jobs.keys.job(job_id), mapping={"status": "running"})
     for piece in pieces:
         if piece is None:
             svc.log.append_event(job_id, "restart", {"reason": "the worker was lost; its job cannot continue"})
         else:
             svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
-    svc.store.finish(job_id, JobStatus.SUCCEEDED, text=final_text, finish_reason="stop", completion_tokens=9)
+    svc.jobs.finish(job_id, JobStatus.SUCCEEDED, text=final_text, finish_reason="stop", completion_tokens=9)
     svc.log.publish_done(job_id)
     return created["id"]
 

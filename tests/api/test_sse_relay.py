@@ -28,8 +28,8 @@ def svc(settings):
 
 
 def running_job(svc) -> str:
-    job = queue_job(svc.store)
-    assert svc.store.start(job, "w1", max_attempts=2) == ("start", 1)
+    job = queue_job(svc.jobs)
+    assert svc.jobs.claim(job, "w1", max_attempts=2) == ("start", 1)
     return job
 
 
@@ -91,7 +91,7 @@ def write_chunks(svc, job, texts, first_index=0):
 
 
 def finish(svc, job):
-    svc.store.finish(job, JobStatus.SUCCEEDED, attempt=1, finish_reason="stop")
+    svc.jobs.finish(job, JobStatus.SUCCEEDED, attempt=1, finish_reason="stop")
     svc.log.publish_done(job)
 
 

@@ -31,7 +31,7 @@ def streamed(api, route, pieces, final_text, **body):
     reader.start()
     cut = pieces.index(None) if None in pieces else len(pieces)
     for job_id in job_ids:
-        svc.store.r.hset(svc.store.keys.job(job_id), mapping={"status": "running"})
+        svc.jobs.r.hset(svc.jobs.keys.job(job_id), mapping={"status": "running"})
         for piece in pieces[:cut]:
             svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
     shown = json.dumps("".join(pieces[:cut]))[1:-1]
@@ -43,7 +43,7 @@ def streamed(api, route, pieces, final_text, **body):
                 svc.log.append_event(job_id, "restart", {"reason": "the worker was lost; its job cannot continue"})
             else:
                 svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
-        svc.store.finish(job_id, JobStatus.SUCCEEDED, text=final_text, finish_reason="stop", completion_tokens=9)
+        svc.jobs.finish(job_id, JobStatus.SUCCEEDED, text=final_text, finish_reason="stop", completion_tokens=9)
         svc.log.publish_done(job_id)
     reader.join(30)
     assert not reader.is_alive(), "the stream did not end"

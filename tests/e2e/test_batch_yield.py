@@ -32,7 +32,7 @@ def stack(start_worker, start_control_worker):
 
 def batch_lines_held(svc) -> int:
     held = svc.redis.hkeys(svc.keys.held)  # job id -> the worker that holds it
-    return sum((svc.store.get(job_id) or {}).get("priority") == "batch" for job_id in held)
+    return sum((svc.jobs.get(job_id) or {}).get("priority") == "batch" for job_id in held)
 
 
 def test_batch_holds_its_share_while_interactive_jobs_run_and_a_stop_hands_waiting_tickets_back(stack, start_worker):
@@ -91,7 +91,7 @@ def test_interactive_work_after_a_quiet_spell_preempts_a_batch_line_which_starts
 
             state = wait_batch(server.url, batch["id"], timeout=300)
             assert state["status"] == "completed" and state["request_counts"]["completed"] == len(lines), state
-            records = [svc.store.get(line_job_id(batch["id"], n)) for n in range(1, len(lines) + 1)]
+            records = [svc.jobs.get(line_job_id(batch["id"], n)) for n in range(1, len(lines) + 1)]
             assert sum(int(r.get("preemptions") or 0) for r in records) >= 1
             assert all(r["status"] == "succeeded" for r in records)
         finally:

@@ -52,7 +52,7 @@ def test_one_keys_hundred_jobs_do_not_starve_another_keys_single_job(stack):
     started = wait_started(client, single["id"], "other", timeout=60)
 
     # bound: at most the slots busy when it arrived finish before it starts; nothing else overtakes
-    records = [svc.store.get(job) for job in flood]
+    records = [svc.jobs.get(job) for job in flood]
     overtook = [r for r in records if r.get("started_at") and single["created_at"] < r["started_at"] < started["started_at"]]
     assert len(overtook) <= SLOTS, len(overtook)
     still_queued = [r for r in records if r["status"] == "queued"]
@@ -68,7 +68,7 @@ def test_identical_requests_are_generated_once_and_both_get_the_answer(stack):
     first = client.post("/v1/jobs", json=body, headers=auth("flooder")).get_json()
     second = client.post("/v1/jobs", json=body, headers=auth("other")).get_json()
     assert second["coalesced"] and not first["coalesced"] and second["owner"] == "other"
-    assert svc.store.get(second["id"])["coalesced_into"] == first["id"]
+    assert svc.jobs.get(second["id"])["coalesced_into"] == first["id"]
     sampled = client.post("/v1/jobs", json={**body, "temperature": 0.9}, headers=auth("other")).get_json()
     assert not sampled["coalesced"]  # not deterministic: never shared
 

@@ -54,9 +54,9 @@ def submit(client, model, prompt="Name a colour.", max_tokens=6):
 
 
 def finished(svc, job_id, timeout=180):
-    wait_until(lambda: svc.store.get(job_id)["status"] in ("succeeded", "failed", "expired"),
+    wait_until(lambda: svc.jobs.get(job_id)["status"] in ("succeeded", "failed", "expired"),
                timeout=timeout, interval=0.1)
-    return svc.store.get(job_id)
+    return svc.jobs.get(job_id)
 
 
 def states(client) -> dict:
@@ -96,7 +96,7 @@ def test_a_running_job_is_never_dropped_to_load_another_model(one_slot):
     client, svc = one_slot
     finished(svc, submit(client, "smol")["id"])  # loaded, whatever the test before left
     long = submit(client, "smol", prompt="Count from 1 to 200, separated by commas.", max_tokens=160)
-    wait_until(lambda: svc.store.get(long["id"])["status"] == "running", timeout=60, interval=0.05)
+    wait_until(lambda: svc.jobs.get(long["id"])["status"] == "running", timeout=60, interval=0.05)
     other = submit(client, "tiny")
     record = finished(svc, long["id"])
     assert (record["status"], record["finish_reason"]) == ("succeeded", "length")  # ran to its end

@@ -33,8 +33,8 @@ def run(client, svc, prompt, max_tokens=4, wait=True):
     job = client.post("/v1/jobs", json={"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
                                         "cache": False}).get_json()
     if wait:
-        wait_until(lambda: svc.store.get(job["id"])["status"] == "succeeded", timeout=60, interval=0.05)
-    return svc.store.get(job["id"])
+        wait_until(lambda: svc.jobs.get(job["id"])["status"] == "succeeded", timeout=60, interval=0.05)
+    return svc.jobs.get(job["id"])
 
 
 def test_a_tenants_jobs_stay_on_its_worker_and_a_full_one_hands_them_on_at_once(stack):
@@ -47,11 +47,11 @@ def test_a_tenants_jobs_stay_on_its_worker_and_a_full_one_hands_them_on_at_once(
         assert (job["worker"], job["prefix_affinity"]) == (holder, "hit")
 
     long = run(client, svc, TENANT + "Count: 1, 2, 3, 4, 5, 6, 7, 8, 9, 10,", max_tokens=400, wait=False)
-    wait_until(lambda: svc.store.get(long["id"])["status"] == "running", timeout=30, interval=0.02)
+    wait_until(lambda: svc.jobs.get(long["id"])["status"] == "running", timeout=30, interval=0.02)
     asked = time.time()
     job = run(client, svc, TENANT + "Question 6: may I return a lamp?")
     assert job["worker"] != holder and job["prefix_affinity"] == "miss"  # its holder's one slot is busy
     assert job["started_at"] - asked < 1.0  # no affinity wait for a full holder
-    assert job["started_at"] < svc.store.get(long["id"]).get("finished_at", float("inf"))
+    assert job["started_at"] < svc.jobs.get(long["id"]).get("finished_at", float("inf"))
     job = run(client, svc, TENANT + "Question 7: may I return a lamp?")
     assert job["prefix_affinity"] == "hit"  # both workers hold the tenant's start now

@@ -91,7 +91,7 @@ def test_redis_restart_is_503_then_recovery_without_losing_or_tearing_a_job(outa
     wait_until(lambda: client.zcard(unacked) == 0, 5, interval=0.1)
 
     # every job record in the namespace is whole: the fields of its state are all there
-    store = create_app(settings).extensions["llmq"].store
+    store = create_app(settings).extensions["llmq"].jobs
     job_keys = [k for k in client.scan_iter(f"{settings.namespace}:job:*") if k.count(":") == 2]
     assert len(job_keys) >= 4
     for key in job_keys:

@@ -83,7 +83,7 @@ def finished_jobs(cluster):
 def test_two_pinned_workers_share_the_queue(cluster, finished_jobs):
     settings, base, run_dir, _ = cluster
     assert all(job["status"] == "succeeded" for job in finished_jobs)
-    store = Stores(settings).store
+    store = Stores(settings).jobs
     workers = {store.get(job["id"])["worker"] for job in finished_jobs}
     assert len(workers) == 2, f"one worker took every job: {workers}"
 

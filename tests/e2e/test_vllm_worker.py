@@ -172,7 +172,7 @@ def test_one_keys_flood_does_not_starve_another_keys_job(vllm_stack):
     keys = {"flooder": "flooder-secret", "other": "other-secret"}
     app = create_app(settings.model_copy(update={
         "api_keys": ",".join(f"{name}:{hash_key(secret)}" for name, secret in keys.items())}))
-    client, store = app.test_client(), app.extensions["llmq"].store
+    client, store = app.test_client(), app.extensions["llmq"].jobs
     auth = {name: {"Authorization": f"Bearer {secret}"} for name, secret in keys.items()}
     body = {"prompt": "Count: one two three", "max_tokens": 12, "temperature": 0, "cache": False}
     flood = [client.post("/v1/jobs", json=body, headers=auth["flooder"]).get_json()["id"] for _ in range(30)]

@@ -36,7 +36,7 @@ class Stack:
         self.start_worker = start_worker
         self.settings = settings
         app = create_app(settings)
-        self.store = app.extensions["llmq"].store
+        self.store = app.extensions["llmq"].jobs
         self.server = LiveServer(app)
         self.url = self.server.url
         self.worker = None
@@ -247,7 +247,7 @@ def test_a_live_workers_job_is_not_redelivered_however_long_it_holds_it(stack, m
                           "request": {"prompt_token_ids": [1, 2, 3], "sampling": sampling}}, 0)
     # "elsewhere" took the job with this message (ticket) and holds it; the message comes back
     assert store.fair.pick(queue, job_id)[:2] == (job_id, "picked")
-    assert store.start(job_id, "elsewhere", max_attempts=3, lease_ttl_s=2) == ("start", 1)
+    assert store.claim(job_id, "elsewhere", max_attempts=3, lease_ttl_s=2) == ("start", 1)
     make_celery(stack.settings).send_task(TASK_TICKET, args=[job_id, model_ref.name], task_id=job_id,
                                           queue=queue)
     ages, watch_until = [], time.monotonic() + 3 * VISIBILITY_S

@@ -13,7 +13,7 @@ from worker.engine.hf_engine import HFEngine
 from worker.engine.sampler import make_generator, sample
 from worker.engine.sequence import EngineRequest, ResponseFormat, Sampling
 from worker.engine.structured import StructuredOutput
-from worker.job_runner import engine_sampling
+from worker.engine_request import engine_sampling
 
 PERSON = {
     "type": "object",

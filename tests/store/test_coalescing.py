@@ -156,7 +156,7 @@ def test_followers_share_the_primarys_end_whatever_it_is(store, settings):
 
 def lose_first_attempt(store, job_id, text):
     """Attempt 1 of `job_id` on w1 logs `text` (with its token ids) to it and its followers; w1 dies."""
-    assert store.start(job_id, "w1", max_attempts=2) == ("start", 1)
+    assert store.claim(job_id, "w1", max_attempts=2) == ("start", 1)
     assert store.log.append_chunk(job_id, 1, {"index": 0, "text": text}, token_ids=[ord(c) for c in text],
                                   text=text)
     store.r.delete(store.keys.lease(job_id))  # w1 died: its lease lapses

@@ -28,14 +28,14 @@ def ids_of(text):
 
 def lose_first_attempt(store, job, chunks):
     """Attempt 1 of `job` on w1 logs `chunks` (texts, with their token ids), then w1 dies."""
-    assert store.start(job, "w1", max_attempts=2) == ("start", 1)
+    assert store.claim(job, "w1", max_attempts=2) == ("start", 1)
     text = ""
     for index, chunk in enumerate(chunks):
         text += chunk
         assert store.log.append_chunk(job, 1, {"index": index, "text": chunk}, token_ids=ids_of(chunk),
                                       text=text, completion_tokens=len(text))
     # a second delivery while w1's lease lives is a duplicate and changes nothing
-    assert store.start(job, "w2", max_attempts=2) == ("duplicate", 1)
+    assert store.claim(job, "w2", max_attempts=2) == ("duplicate", 1)
     store.r.delete(store.keys.lease(job))  # w1 died: its lease lapses
 
 
@@ -72,7 +72,7 @@ def test_a_redelivered_job_continues_from_its_log_and_the_stale_attempt_is_fence
 
 def test_a_continued_job_keeps_the_logprobs_its_lost_attempt_logged(store, settings):
     job = queue_job(store, max_tokens=8, top_logprobs=0)
-    assert store.start(job, "w1", max_attempts=2) == ("start", 1)
+    assert store.claim(job, "w1", max_attempts=2) == ("start", 1)
     earlier = [{"token": c, "logprob": -0.25, "bytes": [ord(c)], "top_logprobs": []} for c in "Hi "]
     store.log.append_chunk(job, 1, {"index": 0, "text": "Hi ", "logprobs": earlier}, token_ids=ids_of("Hi "),
                            text="Hi ", completion_tokens=3)
@@ -114,7 +114,7 @@ def test_chunks_logged_without_their_token_ids_are_not_continued(store, settings
     """A log written before chunks kept their token ids (an older worker) cannot say where the
     answer stands in tokens: the job starts over."""
     job = queue_job(store)
-    assert store.start(job, "w1", max_attempts=2) == ("start", 1)
+    assert store.claim(job, "w1", max_attempts=2) == ("start", 1)
     assert store.log.append_chunk(job, 1, {"index": 0, "text": "old "}, text="old ")
     store.r.delete(store.keys.lease(job))
     job_runner, _ = make_runner(store, settings, {job: "new"})
@@ -128,7 +128,7 @@ def test_an_answer_generated_whole_before_the_worker_died_only_gets_its_end(stor
     """The lost attempt logged its last chunk (which says the generation ended) but not the end:
     the next attempt ends the job with that text and runs nothing."""
     job = queue_job(store)
-    assert store.start(job, "w1", max_attempts=2) == ("start", 1)
+    assert store.claim(job, "w1", max_attempts=2) == ("start", 1)
     assert store.log.append_chunk(job, 1, {"index": 0, "text": "all of it"}, token_ids=ids_of("all of it") + [0],
                                   ended="stop", text="all of it")
     store.r.delete(store.keys.lease(job))
@@ -141,7 +141,7 @@ def test_an_answer_generated_whole_before_the_worker_died_only_gets_its_end(stor
 
 def test_a_duplicate_delivery_waits_for_the_live_owner_and_does_not_run_twice(store, settings):
     job = queue_job(store)
-    assert store.start(job, "w1", max_attempts=2, lease_ttl_s=1) == ("start", 1)
+    assert store.claim(job, "w1", max_attempts=2, lease_ttl_s=1) == ("start", 1)
     job_runner, runner = make_runner(store, settings, {job: "never"})
     result = {}
     thread = threading.Thread(target=lambda: result.update(job_runner.run(job)))
@@ -160,7 +160,7 @@ def test_a_duplicate_delivery_waits_for_the_live_owner_and_does_not_run_twice(st
 def test_a_job_that_keeps_losing_its_worker_is_failed_as_poison(store, settings):
     job = queue_job(store)
     for attempt in (1, 2):  # two deliveries, each worker dies mid-job
-        assert store.start(job, f"w{attempt}", max_attempts=2)[1] == attempt
+        assert store.claim(job, f"w{attempt}", max_attempts=2)[1] == attempt
         store.r.delete(store.keys.lease(job))
     job_runner, runner = make_runner(store, settings, {job: "never"}, name="w3")
     assert job_runner.run(job)["status"] == "failed"

@@ -49,13 +49,13 @@ def test_the_line_beyond_the_share_that_started_last_starts_over_after_the_inter
 def test_a_preemption_is_not_an_attempt_and_only_the_holding_attempt_can_requeue(store):
     job = queue_job(store, queue=QUEUE, priority="batch")
     store.fair.pick(QUEUE, uuid.uuid4().hex, "w1")
-    assert store.start(job, "w1", max_attempts=1) == ("start", 1)
+    assert store.claim(job, "w1", max_attempts=1) == ("start", 1)
     assert not store.requeue(job, 2, "w1")  # another attempt's
     assert not store.requeue(job, 1, "w2")  # another worker's
     assert store.requeue(job, 1, "w1")
     assert not store.requeue(job, 1, "w1")  # queued now: nothing to requeue
     store.fair.pick(QUEUE, uuid.uuid4().hex, "w2")
-    assert store.start(job, "w2", max_attempts=1) == ("start", 2)  # not poisoned by the preemption
+    assert store.claim(job, "w2", max_attempts=1) == ("start", 2)  # not poisoned by the preemption
 
 
 def test_interactive_waiting_counts_jobs_of_every_key_above_the_batch_level(store):
