@@ -10,6 +10,7 @@ from pydantic import TypeAdapter
 from api import create_app
 from common.api_keys import hash_key
 from common.schemas import JobStatus
+from tests.support.jobs import end_as_a_worker, log_as_a_worker
 from tests.support.settings import settings_fixture
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -123,15 +124,8 @@ def _logged_response(api, pieces, final_text, **body):
     with `final_text`, as if a worker had run it."""
     created = create(api, **body)
     job_id = created["id"].removeprefix("resp_")
-    svc = api.services
-    svc.jobs.r.hset(svc.jobs.keys.job(job_id), mapping={"status": "running"})
-    for piece in pieces:
-        if piece is None:
-            svc.log.append_event(job_id, "restart", {"reason": "the worker was lost; its job cannot continue"})
-        else:
-            svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
-    svc.jobs.finish(job_id, JobStatus.SUCCEEDED, text=final_text, finish_reason="stop", completion_tokens=9)
-    svc.log.publish_done(job_id)
+    log_as_a_worker(api.services, job_id, pieces)
+    end_as_a_worker(api.services, job_id, final_text)
     return created["id"]
 
 

@@ -8,7 +8,7 @@ import threading
 import pytest
 import requests
 
-from common.schemas import JobStatus
+from tests.support.jobs import end_as_a_worker, log_as_a_worker
 from tests.support.waiting import wait_until
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -31,20 +31,13 @@ def streamed(api, route, pieces, final_text, **body):
     reader.start()
     cut = pieces.index(None) if None in pieces else len(pieces)
     for job_id in job_ids:
-        svc.jobs.r.hset(svc.jobs.keys.job(job_id), mapping={"status": "running"})
-        for piece in pieces[:cut]:
-            svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
+        log_as_a_worker(svc, job_id, pieces[:cut])
     shown = json.dumps("".join(pieces[:cut]))[1:-1]
     if shown and "tools" not in body:  # a forced call shows nothing until its arguments
         wait_until(lambda: shown in text_of(received), message="the chunks before the restart were not relayed")
     for job_id in job_ids:
-        for piece in pieces[cut:]:
-            if piece is None:
-                svc.log.append_event(job_id, "restart", {"reason": "the worker was lost; its job cannot continue"})
-            else:
-                svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
-        svc.jobs.finish(job_id, JobStatus.SUCCEEDED, text=final_text, finish_reason="stop", completion_tokens=9)
-        svc.log.publish_done(job_id)
+        log_as_a_worker(svc, job_id, pieces[cut:])
+        end_as_a_worker(svc, job_id, final_text)
     reader.join(30)
     assert not reader.is_alive(), "the stream did not end"
     lines = text_of(received).splitlines()

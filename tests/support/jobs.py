@@ -1,8 +1,10 @@
-"""A job through the jobs API over HTTP (a live server): submit it, read its event stream."""
+"""A job through the jobs API over HTTP (a live server): submit it, read its event stream; or a
+job's log and end written as its worker would, for API tests without a worker."""
 from __future__ import annotations
 
 import requests
 
+from common.schemas import JobStatus
 from common.sseclient import iter_sse
 
 
@@ -29,3 +31,20 @@ def read_stream(base, job_id, last_event_id=None, stop_after=None):
 
 def chunks_text(events):
     return "".join(e.json()["text"] for e in events if e.event == "chunk")
+
+
+def log_as_a_worker(svc, job_id, pieces):
+    """Write `pieces` to a job's log as its worker(s) would: a string is a chunk, None a `restart`
+    (the worker was lost and the job started over)."""
+    svc.jobs.r.hset(svc.jobs.keys.job(job_id), mapping={"status": "running"})
+    for piece in pieces:
+        if piece is None:
+            svc.log.append_event(job_id, "restart", {"reason": "the worker was lost; its job cannot continue"})
+        else:
+            svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
+
+
+def end_as_a_worker(svc, job_id, text):
+    """End a job as its worker would, with `text` as its whole answer."""
+    svc.jobs.finish(job_id, JobStatus.SUCCEEDED, text=text, finish_reason="stop", completion_tokens=9)
+    svc.log.publish_done(job_id)
