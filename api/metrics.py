@@ -16,6 +16,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, G
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
 from api.services import Services
+from common.tickets import tickets_waiting
 
 log = logging.getLogger("api.access")
 
@@ -49,10 +50,7 @@ class ClusterCollector:
         depth = GaugeMetricFamily("llmq_queue_depth", "messages waiting in each Celery queue",
                                   labels=["queue"])
         for queue in sorted(self._queues(workers)):
-            pipe = svc.redis.pipeline(transaction=False)
-            for key in svc.keys.broker_lists(queue):
-                pipe.llen(key)
-            depth.add_metric([queue], sum(pipe.execute()))
+            depth.add_metric([queue], tickets_waiting(svc.redis, svc.keys, queue))
         yield depth
         counters = svc.counters.read()
         finished = CounterMetricFamily("llmq_jobs_finished", "jobs that reached a terminal status "

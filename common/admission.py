@@ -202,8 +202,7 @@ class Admission:
 
     def send_spare_ticket(self, record: dict) -> None:
         """One more ticket for a queued job's model queue (a spare one: see `Tickets.for_job`)."""
-        ticket = self.tickets.for_job(record["id"], record["model"], record["queue"], spare=True)
-        self.stores.redis.lpush(ticket.list_key, ticket.message)
+        self.tickets.send_spare(self.stores.redis, record["id"], record["model"], record["queue"])
 
     def sweep_expired(self) -> None:
         """Expire queued jobs past their deadline, at most once a second per process: a burst of

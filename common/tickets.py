@@ -17,6 +17,7 @@ import json
 import uuid
 from typing import NamedTuple
 
+import redis
 from celery import Celery
 
 from common.celery_app import TASK_TICKET, task_options
@@ -55,3 +56,17 @@ class Tickets:
         message = {"body": base64.b64encode(json.dumps(body).encode()).decode(), "content-encoding": "utf-8",
                    "content-type": "application/json", "headers": headers, "properties": properties}
         return Ticket(self.keys.broker_lists(queue)[0], json.dumps(message))
+
+    def send_spare(self, client: redis.Redis, job_id: str, model: str, queue: str) -> None:
+        """Push one more ticket on `queue` (see `for_job`): a ticket that finds nothing to run does
+        nothing, so a spare one is always safe."""
+        ticket = self.for_job(job_id, model, queue, spare=True)
+        client.lpush(ticket.list_key, ticket.message)
+
+
+def tickets_waiting(client: redis.Redis, keys: Keys, queue: str) -> int:
+    """Messages waiting on a Celery queue, every priority step's list, in one round trip."""
+    pipe = client.pipeline(transaction=False)
+    for key in keys.broker_lists(queue):
+        pipe.llen(key)
+    return sum(pipe.execute())

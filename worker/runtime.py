@@ -23,7 +23,7 @@ from common.scheduling.free_slots import FreeSlots
 from common.scheduling.stranded import StrandedJobs
 from common.settings import Settings
 from common.stores import Stores
-from common.tickets import Tickets
+from common.tickets import Tickets, tickets_waiting
 from worker.engine.loop import EngineLoop
 from worker.engine.registry import build_engine
 from worker.tuning import resolve as resolve_engine
@@ -150,17 +150,16 @@ class WorkerRuntime:
         the model's queue (a preempted batch line, a job whose ticket was lost). A ticket that finds
         nothing to run does nothing."""
         queue = self.queue if worker is None else self.keys.worker_queue(self.queue, worker)
-        ticket = Tickets(self.settings, self.keys, self.stores.celery).for_job("", self.model.name, queue, spare=True)
-        self.redis.lpush(ticket.list_key, ticket.message)
+        Tickets(self.settings, self.keys, self.stores.celery).send_spare(self.redis, "", self.model.name, queue)
 
     def _rescue_stranded_jobs(self) -> None:
         """Spare tickets for queued jobs whose own ticket was lost (common/scheduling/stranded.py)."""
-        pipe = self.redis.pipeline(transaction=False)
-        for key in self.keys.broker_lists(self.queue):
-            pipe.llen(key)
-        tickets_waiting = sum(pipe.execute())
-        spares = self.stranded.spare_tickets(self.store.fair.interactive_waiting(self.queue), tickets_waiting,
-                                             self.settings.max_batch_size - self.loop.active)
+        free = self.settings.max_batch_size - self.loop.active
+        if free <= 0:  # a full worker could not run them: no need to read the queue
+            spares = self.stranded.spare_tickets(0, 0, 0)
+        else:
+            spares = self.stranded.spare_tickets(self.store.fair.interactive_waiting(self.queue),
+                                                 tickets_waiting(self.redis, self.keys, self.queue), free)
         for _ in range(spares):
             self.send_spare_ticket()
         if spares:
