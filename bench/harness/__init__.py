@@ -4,6 +4,8 @@
   servers it is compared with (the one-at-a-time baseline, vLLM's, OpenVINO's, llama.cpp's)
 - baseline_app.py, openvino_app.py, floor_app.py: the server programs of those peers that llmq
   itself provides
+- engine_app.py: the OpenVINO pipeline driven in process by closed-loop clients, no server: the
+  ceiling llmq's OpenVINO stack is measured against
 - clients.py: one request as a client sees it (`Sample`), over llmq's jobs API, OpenAI chat
   completions and responses, streamed
 - burst.py: thousands of streaming clients at once from one asyncio client (the front door)

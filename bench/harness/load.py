@@ -30,6 +30,17 @@ def drive(request_fn: RequestFn, url: str, clients: int, per_client: int, max_to
     return samples, time.perf_counter() - start
 
 
+def drive_server(server, clients: int, per_client: int, max_tokens: int,
+                 first_prompt: int = 0) -> tuple[list[Sample], float]:
+    """`drive` with the OpenAI streaming chat client against `server.url`, or the server's own
+    `drive` where it has one (an engine driven in process: bench/harness/engine_app.py)."""
+    if hasattr(server, "drive"):
+        return server.drive(clients, per_client, max_tokens, first_prompt)
+    from bench.harness.clients import openai_request
+
+    return drive(openai_request, server.url, clients, per_client, max_tokens, first_prompt)
+
+
 def turns(names: list[str], rounds: int) -> Iterator[tuple[int, str]]:
     """(round, name): every name each round, each round's order the reverse of the last."""
     for round_ in range(rounds):

@@ -283,6 +283,30 @@ class OpenVINOServer(Server):
         wait_http_ok(f"{self.url}/v1/models", timeout, "OpenVINO server")
 
 
+class OpenVINOEngine(Server):
+    """bench/harness/engine_app.py: the same pipeline as `OpenVINOServer`, driven in process by
+    closed-loop clients with no server around it: the ceiling of llmq's OpenVINO stack. Its
+    `drive` stands in for the harness's HTTP drive (bench/harness/load.py)."""
+
+    def __init__(self, model: str, log_dir: Path, extra_env: dict | None = None):
+        super().__init__(log_dir)
+        env = {**os.environ, "LLMQ_MODEL": model, "HF_HUB_OFFLINE": "1", "PYTHONUNBUFFERED": "1",
+               **(extra_env or {})}
+        self.spawn("openvino-engine", [sys.executable, "-m", "bench.harness.engine_app", "--port", str(self.port)],
+                   env)
+
+    def wait_ready(self, timeout: float = 600) -> None:
+        wait_http_ok(f"{self.url}/health", timeout, "OpenVINO engine driver")
+
+    def drive(self, clients: int, per_client: int, max_tokens: int, first_prompt: int = 0):
+        from bench.harness.clients import Sample
+
+        answer = requests.post(f"{self.url}/drive", timeout=3600, json={
+            "clients": clients, "per_client": per_client, "max_tokens": max_tokens,
+            "first_prompt": first_prompt}).json()
+        return [Sample(**sample) for sample in answer["samples"]], answer["wall_s"]
+
+
 class LlamaServer(Server):
     """llama.cpp's own `llama-server` (built from source; the path comes from --llama-server or
     LLAMA_SERVER), continuous batching over `slots` parallel sequences."""
