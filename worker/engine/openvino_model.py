@@ -141,3 +141,18 @@ def run_exporter(command: list[str]) -> subprocess.CompletedProcess:
     the user who has not chosen (and the environment, `common.no_telemetry.OFF`, is inherited)."""
     decline_openvino_telemetry()
     return subprocess.run(command, capture_output=True, text=True)
+
+
+if __name__ == "__main__":  # `python -m worker.engine.openvino_model [WEIGHTS ...]`: export ahead of time
+    # What a worker's first start would do (a minute or more per format), done once before a run
+    # whose workers must be ready within a deadline (the test suite's stacks).
+    from common.logs import setup_logging
+    from common.models import resolve_model
+    from common.settings import get_settings
+
+    setup_logging(get_settings(), "prepare")
+    model = resolve_model(get_settings(), prepare=True)
+    for weights in sys.argv[1:] or [DEFAULT_WEIGHTS]:
+        settings = get_settings().model_copy(update={"weights": weights})
+        if can_export(model, settings):
+            print(ensure_exported(model, settings))
