@@ -239,8 +239,8 @@ class Admission:
         chunk = {"index": 0, "text": hit["text"]}
         if hit.get("logprobs") is not None:  # a request asking for logprobs has its own digest
             chunk["logprobs"] = hit["logprobs"]
-        self.stores.log.append_event(job_id, "chunk", chunk)
-        self.stores.log.publish_done(job_id)
+        self.stores.token_log.append_event(job_id, "chunk", chunk)
+        self.stores.token_log.publish_done(job_id)
         return self.jobs.get(job_id)
 
 
