@@ -14,11 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from common.batch_lines import ENDPOINTS
 from common.errors import ApiError
-from api.files_api import file_or_404, owned_or_404, owner_id, page_limit
+from api.files_api import file_or_404, list_page, owned_or_404, owner_id, page_limit
 from api.jobs import json_body
 from api.job_answers import openai_error
 from api.services import services
 from common.batches import CANCELLABLE, BatchStatus, batch_object, kick
+from common.openai_models import Batch, BatchList
 from common.webhooks import WebhookUrlError, validate_webhook_url
 
 bp = Blueprint("batches", __name__, url_prefix="/v1/batches")
@@ -58,12 +59,10 @@ class BatchCreate(BaseModel):
         return value
 
 
-def shown(record: dict) -> dict:
+def shown(record: dict) -> Batch:
     """The batch object, with its webhook's delivery state when it named one."""
-    obj = batch_object(record)
-    if record.get("webhook"):
-        obj["webhook"] = services().webhooks.view(record["id"], record["webhook"], ["ended"])
-    return obj
+    webhook = record.get("webhook")
+    return batch_object(record, webhook and services().webhooks.view(record["id"], webhook, ["ended"]))
 
 
 def batch_or_404(batch_id: str) -> dict:
@@ -90,20 +89,18 @@ def create():
         "completion_window": body.completion_window, "metadata": body.metadata, "webhook": body.webhook,
         "created_at": now, "expires_at": now + int(svc.settings.batch_window_s)})
     kick(svc.redis, svc.celery, svc.keys, record["id"])  # if this fails, the watchdog will
-    return jsonify(shown(record))
+    return jsonify(shown(record).model_dump(mode="json"))
 
 
 @bp.get("/<batch_id>")
 def retrieve(batch_id: str):
-    return jsonify(shown(batch_or_404(batch_id)))
+    return jsonify(shown(batch_or_404(batch_id)).model_dump(mode="json"))
 
 
 @bp.get("")
 def list_batches():
     found, has_more = services().batches.list(owner_id(), request.args.get("after"), page_limit(20, 100))
-    data = [shown(record) for record in found]
-    return jsonify({"object": "list", "data": data, "first_id": data[0]["id"] if data else None,
-                    "last_id": data[-1]["id"] if data else None, "has_more": has_more})
+    return jsonify(list_page(BatchList, [shown(record) for record in found], has_more))
 
 
 @bp.post("/<batch_id>/cancel")
@@ -116,7 +113,7 @@ def cancel(batch_id: str):
         status = (svc.batches.get(batch_id) or record)["status"]
         if status != BatchStatus.CANCELLING:  # cancelling again is fine; an ended batch cannot be cancelled
             raise ApiError(409, "batch_not_cancellable", f"Cannot cancel a batch with status {status!r}")
-    return jsonify(shown(svc.batches.get(batch_id)))
+    return jsonify(shown(svc.batches.get(batch_id)).model_dump(mode="json"))
 
 
 @bp.errorhandler(Exception)

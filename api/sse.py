@@ -94,13 +94,13 @@ def _new_entries(svc: Services, job_id: str, last: str, woken: JobWatcher,
     """The log's entries after `last`: the ones heard with their content as they are, each one
     that follows the entry before it; the stream is read for the rest (see `JobWatcher`)."""
     read_log, heard = woken.take()
-    entries = svc.log.read_events(job_id, last) if read_log else []
+    entries = svc.token_log.read_events(job_id, last) if read_log else []
     for entry in heard:
         last = entries[-1][0] if entries else last
         if entry.prev_id == last:
             entries.append((entry.entry_id, entry.event, json.loads(entry.data)))
         elif is_later(entry.entry_id, last):  # one before it was not heard: the stream has both
-            entries += svc.log.read_events(job_id, last)
+            entries += svc.token_log.read_events(job_id, last)
         # otherwise it was read already
     return entries if every_attempt else _last_attempt(entries)
 
@@ -128,7 +128,7 @@ def _last_attempt(events: list[tuple[str, str, dict]]) -> list[tuple[str, str, d
 
 def _ended_without_done(svc: Services, job_id: str, record: dict, last: str) -> bool:
     """A terminal job whose log has no `done` (log expired, or writer lost in between)."""
-    return JobStatus(record["status"]).terminal and not svc.log.read_events(job_id, last)
+    return JobStatus(record["status"]).terminal and not svc.token_log.read_events(job_id, last)
 
 
 def sse_response(events: Iterator[tuple[str | None, str, dict]], slot: StreamSlot) -> Response:

@@ -43,7 +43,7 @@ class Admission:
     def __init__(self, stores: Stores):
         self.stores = stores
         self.settings = stores.settings
-        self.store = stores.jobs
+        self.jobs = stores.jobs
         self.cache = stores.cache
         self._lock = threading.Lock()
         self.catalog = Catalog.from_settings(self.settings)
@@ -110,15 +110,15 @@ class Admission:
         coalesce = digest if self.settings.coalesce else None
         self.sweep_expired()
         with hold(job_id):
-            if coalesce and self.store.attach(job_id, fields, coalesce):
-                return Admitted(202, self.store.get(job_id))  # rides on an identical queued or running job
+            if coalesce and self.jobs.attach(job_id, fields, coalesce):
+                return Admitted(202, self.jobs.get(job_id))  # rides on an identical queued or running job
 
             def create() -> Created | None:
-                return self.store.create(job_id, fields, self.settings.max_queue, weight=weight, digest=coalesce,
+                return self.jobs.create(job_id, fields, self.settings.max_queue, weight=weight, digest=coalesce,
                                          ticket=self.tickets.for_job(job_id, fields["model"], fields["queue"]),
                                          place=place)
             # a full queue may be full of jobs past their deadline: they leave it, and we count again
-            created = create() or (self.store.sweep_expired() and create())
+            created = create() or (self.jobs.sweep_expired() and create())
             if not created:
                 raise ApiError(429, "queue_full", f"{self.settings.max_queue} jobs are already waiting; "
                                                   "retry later", {"Retry-After": str(self.retry_after())})
@@ -183,7 +183,7 @@ class Admission:
         """`admit_batch_line` of each (job id, fields, digest), as a burst: the lines' records are
         read in one round trip and the new jobs created, with their tickets, in one more."""
         new: list[NewJob] = []
-        for (job_id, fields, digest), record in zip(lines, self.store.get_many([line[0] for line in lines])):
+        for (job_id, fields, digest), record in zip(lines, self.jobs.get_many([line[0] for line in lines])):
             if record is not None:
                 if record.get("status") == JobStatus.QUEUED and not record.get("coalesced_into"):
                     self.send_spare_ticket(record)
@@ -193,12 +193,12 @@ class Admission:
                 continue
             fields.update(status=JobStatus.QUEUED, cache_key=digest, queue_deadline=deadline,
                           run_timeout_s=self.settings.run_timeout_s or None)
-            if digest and self.settings.coalesce and self.store.attach(job_id, fields, digest):
+            if digest and self.settings.coalesce and self.jobs.attach(job_id, fields, digest):
                 continue
             ticket = self.tickets.for_job(job_id, fields["model"], fields["queue"], spare=True)
             new.append(NewJob(job_id, fields, weight, ticket=ticket))
         if new:
-            self.store.create_many(new, 0, queued_key)
+            self.jobs.create_many(new, 0, queued_key)
 
     def send_spare_ticket(self, record: dict) -> None:
         """One more ticket for a queued job's model queue (a spare one: see `Tickets.for_job`)."""
@@ -210,11 +210,11 @@ class Admission:
         now = time.monotonic()
         if now - self._swept_at >= 1.0:
             self._swept_at = now
-            self.store.sweep_expired()
+            self.jobs.sweep_expired()
 
     def retry_after(self) -> int:
         """Seconds until the full queue has room again, at the rate the workers measure."""
-        excess = max(self.store.queue_depth() - self.settings.max_queue, 0)
+        excess = max(self.jobs.queue_depth() - self.settings.max_queue, 0)
         return retry_after(excess, [WorkerLoad.from_heartbeat(w) for w in self.stores.registry.live()])
 
     def _deadlines(self, req: JobRequest, now: float) -> dict:
@@ -235,13 +235,13 @@ class Admission:
                       text=hit["text"], finish_reason=hit["finish_reason"],
                       completion_tokens=hit["completion_tokens"], logprobs=hit.get("logprobs"))
         job_id = fields["id"]
-        self.store.create_finished(job_id, fields)
+        self.jobs.create_finished(job_id, fields)
         chunk = {"index": 0, "text": hit["text"]}
         if hit.get("logprobs") is not None:  # a request asking for logprobs has its own digest
             chunk["logprobs"] = hit["logprobs"]
-        self.stores.log.append_event(job_id, "chunk", chunk)
-        self.stores.log.publish_done(job_id)
-        return self.store.get(job_id)
+        self.stores.token_log.append_event(job_id, "chunk", chunk)
+        self.stores.token_log.publish_done(job_id)
+        return self.jobs.get(job_id)
 
 
 def _cache_key(model: str, prompt_ids: list[int], sampling: dict) -> str:

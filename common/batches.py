@@ -25,6 +25,7 @@ import redis
 from common.files import page_of_index
 from common.keys import Keys
 from common.lua import script
+from common.openai_models import Batch, BatchUsage, RequestCounts
 from common.scheduling.fair_queue import ANONYMOUS
 
 if TYPE_CHECKING:
@@ -61,30 +62,29 @@ _WORKING_PARTS = ("requests", "pending", "results", "queued")
 def on_batch_ended(webhooks: Webhooks, batch: dict[str, Any]) -> None:
     """Called once, by the one process that moved `batch` into a terminal state (completed,
     failed, expired or cancelled), right after the change: tells the batch's `webhook`, if it
-    named one, with a signed `batch.<status>` event carrying the batch object."""
+    named one, with a signed `batch.<status>` event carrying the batch object. The event's
+    `webhook` is the URL itself: the delivery state the API shows there is this event's own."""
     if batch.get("webhook"):
-        webhooks.enqueue(batch["id"], f"batch.{batch['status']}", batch_object(batch), batch["webhook"])
+        data = {**batch_object(batch).model_dump(mode="json"), "webhook": batch["webhook"]}
+        webhooks.enqueue(batch["id"], f"batch.{batch['status']}", data, batch["webhook"])
 
 
-def batch_object(record: dict[str, Any]) -> dict[str, Any]:
-    """The batch as OpenAI's API shows it."""
+def batch_object(record: dict[str, Any], webhook: dict[str, Any] | None = None) -> Batch:
+    """The batch as OpenAI's API shows it, from its record (`BatchStore.get`); `webhook`: the
+    state of the webhook it named (`Webhooks.view`), where shown."""
     input_tokens, output_tokens = record.get("input_tokens", 0), record.get("output_tokens", 0)
-    obj = {"id": record["id"], "object": "batch", "endpoint": record["endpoint"],
-           "errors": record.get("errors"), "input_file_id": record["input_file_id"],
-           "completion_window": record["completion_window"], "status": record["status"],
-           "output_file_id": record.get("output_file_id"), "error_file_id": record.get("error_file_id")}
-    obj.update({name: record.get(name) for name in _TIMESTAMPS})
-    obj.update({
-        "request_counts": {"total": record.get("total", 0), "completed": record.get("completed", 0),
-                           "failed": record.get("failed", 0)},
-        "metadata": record.get("metadata"), "model": record.get("model"),
-        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
-                  "total_tokens": input_tokens + output_tokens,
-                  "input_tokens_details": {"cached_tokens": 0},
-                  "output_tokens_details": {"reasoning_tokens": 0}},
-        "webhook": record.get("webhook"),
-    })
-    return obj
+    return Batch(
+        id=record["id"], object="batch", endpoint=record["endpoint"], errors=record.get("errors"),
+        input_file_id=record["input_file_id"], completion_window=record["completion_window"],
+        status=record["status"], output_file_id=record.get("output_file_id"),
+        error_file_id=record.get("error_file_id"), **{name: record.get(name) for name in _TIMESTAMPS},
+        request_counts=RequestCounts(total=record.get("total", 0), completed=record.get("completed", 0),
+                                     failed=record.get("failed", 0)),
+        metadata=record.get("metadata"), model=record.get("model"),
+        usage=BatchUsage(input_tokens=input_tokens, output_tokens=output_tokens,
+                         total_tokens=input_tokens + output_tokens, input_tokens_details={"cached_tokens": 0},
+                         output_tokens_details={"reasoning_tokens": 0}),
+        webhook=webhook)
 
 
 def line_job_id(batch_id: str, line: int) -> str:

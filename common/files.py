@@ -18,6 +18,7 @@ from typing import Any
 import redis
 
 from common.keys import Keys
+from common.openai_models import File
 from common.scheduling.fair_queue import ANONYMOUS
 
 CHUNK_CHARS = 4 * 1024 * 1024
@@ -46,11 +47,11 @@ _SLICE_CHARS = 1 << 20
 _NON_BLANK_LINE = re.compile(r"\S[^\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]*")
 
 
-def file_object(meta: dict[str, Any]) -> dict[str, Any]:
-    """The file as OpenAI's API shows it."""
-    return {"id": meta["id"], "object": "file", "bytes": meta["bytes"], "created_at": meta["created_at"],
-            "filename": meta["filename"], "purpose": meta["purpose"], "expires_at": meta.get("expires_at"),
-            "status": "processed", "status_details": None}
+def file_object(meta: dict[str, Any]) -> File:
+    """The file as OpenAI's API shows it, from its metadata (`FileStore.get`)."""
+    return File(id=meta["id"], object="file", bytes=meta["bytes"], created_at=meta["created_at"],
+                filename=meta["filename"], purpose=meta["purpose"], expires_at=meta.get("expires_at"),
+                status="processed", status_details=None)
 
 
 

@@ -65,12 +65,12 @@ class CancelOutcome(str, enum.Enum):
 class JobStore:
     """All reads and writes of job records. Both the API and the workers go through it."""
 
-    def __init__(self, client: redis.Redis, keys: Keys, job_ttl_s: int, log: TokenLog, fair: FairQueue,
+    def __init__(self, client: redis.Redis, keys: Keys, job_ttl_s: int, token_log: TokenLog, fair: FairQueue,
                  counters: Counters):
         self.r = client
         self.keys = keys
         self.job_ttl_s = job_ttl_s
-        self.log = log  # the `done` events of the jobs a change ends, and their webhooks
+        self.token_log = token_log  # the `done` events of the jobs a change ends, and their webhooks
         self.fair = fair
         self.counters = counters
         self._create = script(client, "job_create")
@@ -115,13 +115,13 @@ class JobStore:
             self.r.zadd(self.keys.deadlines, {job_id: fields["queue_deadline"]})
         primary = self._attach(
             keys=[self.keys.inflight(digest), self.keys.job(job_id), self.keys.events(job_id)],
-            args=[*self.keys.job_layout(), job_id, self.job_ttl_s, self.log.maxlen, *encode_fields(fields)],
+            args=[*self.keys.job_layout(), job_id, self.job_ttl_s, self.token_log.maxlen, *encode_fields(fields)],
         )
         if primary is None:
             self.r.zrem(self.keys.deadlines, job_id)
             return None
         self.counters.count("coalesced")
-        self.log.notify("start", [job_id])  # sent only if it joined a generation under way
+        self.token_log.notify("start", [job_id])  # sent only if it joined a generation under way
         return primary
 
     def create_finished(self, job_id: str, fields: dict[str, Any]) -> None:
@@ -142,7 +142,7 @@ class JobStore:
         )
         claim = Claim(_outcome(Claimed, outcome, *ended_as), int(attempts))
         if claim.outcome is Claimed.START:  # the job and its followers began
-            self.log.notify("start", [job_id], followers_of=job_id)
+            self.token_log.notify("start", [job_id], followers_of=job_id)
         return claim
 
     def restart(self, job_id: str, attempt: int, reason: str) -> bool:
@@ -151,7 +151,7 @@ class JobStore:
         holds it."""
         return self._restart(keys=[self.keys.job(job_id)],
                              args=[*self.keys.job_layout(), job_id, attempt, self.job_ttl_s,
-                                   self.log.maxlen, reason]) == 1
+                                   self.token_log.maxlen, reason]) == 1
 
     def requeue(self, job_id: str, attempt: int, worker: str) -> bool:
         """Put a running job its worker stopped back at the head of its queue, to start over
@@ -163,7 +163,7 @@ class JobStore:
         return self._requeue(
             keys=[self.keys.job(job_id), self.keys.lease(job_id), self.keys.fair_owners(queue, level),
                   self.keys.fair_meta(queue, level), self.keys.held],
-            args=[*self.keys.job_layout(), job_id, attempt, worker, self.job_ttl_s, self.log.maxlen]) == 1
+            args=[*self.keys.job_layout(), job_id, attempt, worker, self.job_ttl_s, self.token_log.maxlen]) == 1
 
     def renew_lease(self, job_id: str, attempt: int, worker: str, lease_ttl_s: int) -> bool:
         """Extend this attempt's lease; False once the job ended or another attempt took it."""
@@ -180,7 +180,7 @@ class JobStore:
             args=[*self.keys.job_layout(), job_id, time.time(), self.job_ttl_s, error],
         ) == 1
         if expired:
-            self.log.publish_done(job_id)
+            self.token_log.publish_done(job_id)
         return expired
 
     def sweep_expired(self, limit: int = 100) -> list[str]:
@@ -194,7 +194,7 @@ class JobStore:
         job) gets its `done` event here; a running one ends when its worker stops it."""
         outcome = self.request_cancel(job_id)
         if outcome is CancelOutcome.CANCELLED:
-            self.log.publish_done(job_id)
+            self.token_log.publish_done(job_id)
         return outcome
 
     def request_cancel(self, job_id: str) -> CancelOutcome | JobStatus:

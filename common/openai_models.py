@@ -1,8 +1,7 @@
 """The response bodies of the OpenAI-compatible routes as pydantic models: chat completions and
-completions are built from them (common/openai_format.py), and /openapi.json's schemas are
-generated from them (api/openapi_openai.py), so no shape is written twice. Files and batches
-(common/files.py, common/batches.py) are still built as dicts: tests/api/test_openapi.py checks
-those against their models."""
+completions (common/openai_format.py), files (common/files.py) and batches (common/batches.py)
+are built from them, and /openapi.json's schemas are generated from them
+(api/openapi_openai.py), so no shape is written twice."""
 from __future__ import annotations
 
 from typing import Any, Literal

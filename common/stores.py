@@ -32,9 +32,9 @@ class Stores:
         self.webhooks = Webhooks(settings, self.redis, celery=celery)
         self.counters = Counters(self.redis, self.keys)
         self.fair = FairQueue(self.redis, self.keys, settings.job_ttl_s)
-        self.log = TokenLog(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen,
-                            on_event=job_webhook_hook(self.webhooks))
-        self.jobs = JobStore(self.redis, self.keys, settings.job_ttl_s, self.log, self.fair, self.counters)
+        self.token_log = TokenLog(self.redis, self.keys, settings.job_ttl_s, settings.events_maxlen,
+                                  on_event=job_webhook_hook(self.webhooks))
+        self.jobs = JobStore(self.redis, self.keys, settings.job_ttl_s, self.token_log, self.fair, self.counters)
         self.registry = WorkerRegistry(self.redis, self.keys, self.fair)
         self.model_loads = ModelLoads(self.redis, self.keys)
         self.cache = ResultCache(self.redis, self.keys, self.counters, settings.cache_ttl_s)

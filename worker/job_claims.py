@@ -72,7 +72,7 @@ class JobClaims:
         ended = self.retrying(lambda: self.store.finish(job_id, status, attempt=attempt, **fields))
         if ended is not None:
             for ended_id in ended:
-                self.retrying(lambda: self.store.log.publish_done(ended_id))
+                self.retrying(lambda: self.store.token_log.publish_done(ended_id))
             if self.metrics:
                 self.metrics.job_finished(status.value)
             log.info("job %s %s (%s)", job_id, status.value, fields.get("finish_reason"),

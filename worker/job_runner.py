@@ -53,7 +53,7 @@ class JobRunner:
         preempted batch line). `free_slots`: where this worker tells the others how many jobs it
         can start now (common/scheduling/free_slots.py)."""
         self.store = store
-        self.token_log = store.log
+        self.token_log = store.token_log
         self.metrics = metrics
         self.loop = loop
         self.worker_name = worker_name

@@ -50,10 +50,10 @@ class WorkerRuntime:
         # Every held job writes through one pool of a few sockets: its commands are short, and a
         # socket per job would cost Redis a client per held job across the whole fleet
         self.stores = stores or worker_stores(settings)
-        self.keys, self.redis, self.store = self.stores.keys, self.stores.redis, self.stores.jobs
+        self.keys, self.redis, self.jobs = self.stores.keys, self.stores.redis, self.stores.jobs
         self.metrics = WorkerMetrics(lambda: self.loop.engine.stats, lambda: self.loop.active, {
             "model": model.name, "engine": engine_kind, "queue": self.queue, "worker": self.name})
-        self.leases = Leases(self.store, self.name, lease_ttl(settings))
+        self.leases = Leases(self.jobs, self.name, lease_ttl(settings))
         self.free_slots: FreeSlots | None = None  # only prefix affinity reads it: off, no write per job
         if settings.prefix_affinity_wait_s:
             self.free_slots = FreeSlots(self.redis, self.keys.free_slots(self.name), settings.max_batch_size,
@@ -140,7 +140,7 @@ class WorkerRuntime:
         if self.free_slots is not None:
             self.free_slots.publish()
         self.leases.renew()  # keep the jobs (and broker messages) this worker holds
-        self.store.sweep_expired()  # queued jobs past their deadline, even while no one asks
+        self.jobs.sweep_expired()  # queued jobs past their deadline, even while no one asks
         if moved := orphan_tickets.rescue(self.redis, self.keys, self.queue):
             log.info("moved %d ticket(s) from dead workers' own queues to %s", moved, self.queue)
         self._rescue_stranded_jobs()
@@ -158,7 +158,7 @@ class WorkerRuntime:
         if free <= 0:  # a full worker could not run them: no need to read the queue
             spares = self.stranded.spare_tickets(0, 0, 0)
         else:
-            spares = self.stranded.spare_tickets(self.store.fair.interactive_waiting(self.queue),
+            spares = self.stranded.spare_tickets(self.jobs.fair.interactive_waiting(self.queue),
                                                  tickets_waiting(self.redis, self.keys, self.queue), free)
         for _ in range(spares):
             self.send_spare_ticket()

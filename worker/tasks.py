@@ -29,7 +29,7 @@ def job_runner(rt: WorkerRuntime) -> JobRunner:
     with _runner_lock:
         if rt.runner is None:
             rt.runner = JobRunner(
-                rt.store, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics, meter=rt.meter,
+                rt.jobs, rt.loop, rt.name, rt.settings, rt.leases, metrics=rt.metrics, meter=rt.meter,
                 cache=rt.stores.cache, send_ticket=rt.send_spare_ticket,
                 free_slots=rt.free_slots)
         return rt.runner

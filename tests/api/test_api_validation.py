@@ -102,7 +102,7 @@ def test_cancel_queued_job_then_cancel_again_is_409_and_it_never_runs(api, setti
     assert outcome == "cancelled"
     assert store.get(job["id"])["status"] == "cancelled"
     # and its event log is closed, so SSE listeners end
-    assert [e for _, e, _ in store.log.read_events(job["id"])] == ["done"]
+    assert [e for _, e, _ in store.token_log.read_events(job["id"])] == ["done"]
 
 
 def test_full_queue_is_429_with_retry_after_and_queued_jobs_are_untouched(api, settings):

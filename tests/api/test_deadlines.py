@@ -71,9 +71,9 @@ def test_records_and_token_logs_expire_after_the_ttl(make_api):
     assert api.delete(f"/v1/jobs/{cancelled}").status_code == 200
     finished = post(api).get_json()["id"]  # ended by a (simulated) worker, with a token log
     assert store.claim(finished, "w", max_attempts=3)[0] == "start"
-    assert store.log.append_chunk(finished, 1, {"index": 0, "text": "hi"}, text="hi")
+    assert store.token_log.append_chunk(finished, 1, {"index": 0, "text": "hi"}, text="hi")
     assert store.finish(finished, JobStatus.SUCCEEDED, attempt=1, finish_reason="stop", text="hi")
-    store.log.publish_done(finished)
+    store.token_log.publish_done(finished)
     for job_id in (cancelled, finished):
         assert api.get(f"/v1/jobs/{job_id}").status_code == 200
         assert 0 < store.r.ttl(store.keys.job(job_id)) <= 1

@@ -210,7 +210,7 @@ def test_a_slow_reader_does_not_stall_other_streams(gevent_stack):
     for i in range(8000):
         pipe.xadd(store.keys.events(big), {"event": "chunk", "data": json.dumps({"index": i, "text": "x" * 1000})})
     pipe.execute()
-    store.log.publish_done(big)
+    store.token_log.publish_done(big)
 
     slow = socket.socket()
     slow.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)

@@ -3,21 +3,22 @@
 The routes are the app's own URL map, method by method: a route added without its description (or
 a description left behind by a removed route) fails here. The few routes that are not the API are
 named, with why, in `NOT_API`. The second half checks the objects still built as dicts (a job's
-`queued` event, files, batches) against the schemas the document gives them, and a live stream's
-events; OpenAI's completions, chunks and errors need no such check, as they are built from the
-models the document is generated from. The fuzz tests (tests/api/test_fuzz.py) check the live
-answers."""
+`queued` event) against the schemas the document gives them, a live stream's events, and the live
+answers of the Files and Batches routes against the schema each route names (they are built from
+the models the document is generated from, as OpenAI's completions, chunks and errors are: this
+checks that each route names the right one, and that what is sent is what the model describes).
+The fuzz tests (tests/api/test_fuzz.py) check the live answers too."""
 from __future__ import annotations
 
+import io
 import re
 
 import jsonschema
 import pytest
 
-from common.batches import batch_object
 from common.eta import Estimate, place_fields
-from common.files import file_object
 from common.sseclient import iter_sse
+from tests.support.batches import chat_line, jsonl
 from tests.support.settings import settings_fixture
 
 NOT_API = {
@@ -78,15 +79,39 @@ def fits(spec: dict, name: str, value) -> None:
 @pytest.mark.parametrize("name, value", [
     ("JobEventQueued", place_fields(0, None)),
     ("JobEventQueued", place_fields(4, Estimate(start_in_s=2.5, finish_in_s=4.0))),
-    ("File", file_object({"id": "file-1", "bytes": 10, "created_at": 1, "filename": "in.jsonl",
-                          "purpose": "batch", "expires_at": 2})),
-    ("Batch", batch_object({"id": "batch_1", "endpoint": "/v1/chat/completions", "input_file_id": "file-1",
-                            "completion_window": "24h", "status": "in_progress", "created_at": 1,
-                            "in_progress_at": 2, "expires_at": 3, "total": 2, "completed": 1,
-                            "metadata": {"k": "v"}, "model": "m", "input_tokens": 5, "output_tokens": 6})),
 ])
 def test_what_the_code_builds_fits_its_schema(spec, name, value):
     fits(spec, name, value)
+
+
+def fits_its_route(spec: dict, resp, path: str, method: str) -> dict:
+    """A 200 answer of `method path` is valid against the schema the document gives that answer."""
+    assert resp.status_code == 200, resp.get_data(as_text=True)
+    schema = spec["paths"][path][method]["responses"]["200"]["content"]["application/json"]["schema"]
+    jsonschema.Draft202012Validator({**schema, "components": spec["components"]}).validate(resp.get_json())
+    return resp.get_json()
+
+
+def test_files_and_batches_answers_fit_their_routes_schemas(api, spec):
+    """Every Files and Batches answer, live: a file, a page of files, a batch with metadata and
+    one with a webhook (its delivery state shown), a cancelled batch, a page of batches, a
+    deleted file."""
+    upload = api.post("/v1/files", content_type="multipart/form-data", data={
+        "purpose": "batch", "file": (io.BytesIO(jsonl([chat_line("a", "Hi"), chat_line("b", "Yo")])), "in.jsonl")})
+    file_id = fits_its_route(spec, upload, "/v1/files", "post")["id"]
+    fits_its_route(spec, api.get(f"/v1/files/{file_id}"), "/v1/files/{file_id}", "get")
+    assert fits_its_route(spec, api.get("/v1/files"), "/v1/files", "get")["data"]
+    batch = {"input_file_id": file_id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+    fits_its_route(spec, api.post("/v1/batches", json={**batch, "metadata": {"k": "v"}}), "/v1/batches", "post")
+    hooked = fits_its_route(spec, api.post("/v1/batches", json={**batch, "webhook": "http://127.0.0.1:9/hook"}),
+                            "/v1/batches", "post")
+    assert hooked["webhook"]["state"] == "waiting"
+    cancelled = fits_its_route(spec, api.post(f"/v1/batches/{hooked['id']}/cancel"),
+                               "/v1/batches/{batch_id}/cancel", "post")
+    assert cancelled["status"] == "cancelling"
+    fits_its_route(spec, api.get(f"/v1/batches/{hooked['id']}"), "/v1/batches/{batch_id}", "get")
+    assert len(fits_its_route(spec, api.get("/v1/batches"), "/v1/batches", "get")["data"]) == 2
+    fits_its_route(spec, api.delete(f"/v1/files/{file_id}"), "/v1/files/{file_id}", "delete")
 
 
 def test_a_waiting_jobs_stream_sends_the_events_described(api, spec):

@@ -87,10 +87,10 @@ def test_events_are_numbered_the_same_however_the_log_is_read(api, settings):
     svc = api.services
     svc.jobs.r.hset(svc.jobs.keys.job(job_id), mapping={"status": "running"})  # as if a worker took it
     for piece in ("The time", " is: ", "<tool_call>", '{"name": "get_time", "arguments": {}}', "</tool_call>"):
-        svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
+        svc.token_log.append_event(job_id, "chunk", {"index": 0, "text": piece})
     svc.jobs.finish(job_id, JobStatus.SUCCEEDED, text='The time is: <tool_call>{"name": "get_time", '
                      '"arguments": {}}</tool_call>', finish_reason="stop", completion_tokens=9)
-    svc.log.publish_done(job_id)
+    svc.token_log.publish_done(job_id)
 
     def events(app, after=None):
         query = "?stream=true" + (f"&starting_after={after}" if after is not None else "")

@@ -34,8 +34,8 @@ def running_job(svc) -> str:
 
 
 def count_log_reads(svc) -> list:
-    reads, read_events = [], svc.log.read_events
-    svc.log.read_events = lambda *args: reads.append(args) or read_events(*args)
+    reads, read_events = [], svc.token_log.read_events
+    svc.token_log.read_events = lambda *args: reads.append(args) or read_events(*args)
     return reads
 
 
@@ -87,12 +87,12 @@ def wait_until_all_heard(svc):
 
 def write_chunks(svc, job, texts, first_index=0):
     for i, text in enumerate(texts, first_index):
-        assert svc.log.append_chunk(job, 1, {"index": i, "text": text}) == 1
+        assert svc.token_log.append_chunk(job, 1, {"index": i, "text": text}) == 1
 
 
 def finish(svc, job):
     svc.jobs.finish(job, JobStatus.SUCCEEDED, attempt=1, finish_reason="stop")
-    svc.log.publish_done(job)
+    svc.token_log.publish_done(job)
 
 
 def test_chunks_heard_on_the_channel_are_relayed_without_reading_the_log(svc):
@@ -110,7 +110,7 @@ def test_chunks_heard_on_the_channel_are_relayed_without_reading_the_log(svc):
     # the first pass (before anything was heard), the listener's wake-up once it has subscribed,
     # and `done` (announced without content); reading back each chunk would be 20 more
     assert len(reads) <= 3, reads
-    logged = svc.log.read_events(job)
+    logged = svc.token_log.read_events(job)
     assert relay.events == logged  # same ids, events and data as the log, in order, once each
     assert [data["text"] for _, event, data in relay.events if event == "chunk"] == texts
 
@@ -133,7 +133,7 @@ def test_a_relay_that_fell_behind_reads_the_gap_from_the_log_and_loses_nothing(s
     relay.wait_for(10)
     finish(svc, job)
     relay.join()
-    assert relay.events == svc.log.read_events(job)
+    assert relay.events == svc.token_log.read_events(job)
     assert "".join(data["text"] for _, event, data in relay.events if event == "chunk") == "a b c d e f g h i j "
     assert len(reads) > before  # the entries the listener dropped were read from the log
 
@@ -141,14 +141,14 @@ def test_a_relay_that_fell_behind_reads_the_gap_from_the_log_and_loses_nothing(s
 def test_chunks_before_the_relay_followed_and_after_last_event_id_come_from_the_log(svc):
     job = running_job(svc)
     write_chunks(svc, job, ["one ", "two ", "three "])
-    first_id = svc.log.read_events(job)[0][0]
+    first_id = svc.token_log.read_events(job)[0][0]
     relay = Relay(svc, job, last_event_id=first_id)
     assert [data["text"] for _, _, data in relay.wait_for(2)] == ["two ", "three "]
     write_chunks(svc, job, ["four "], 3)
     relay.wait_for(3)
     finish(svc, job)
     relay.join()
-    assert relay.events == svc.log.read_events(job, first_id)
+    assert relay.events == svc.token_log.read_events(job, first_id)
 
 
 def test_a_logged_chunk_is_announced_with_its_content_and_the_id_before_it(svc):
@@ -159,7 +159,7 @@ def test_a_logged_chunk_is_announced_with_its_content_and_the_id_before_it(svc):
     write_chunks(svc, job, ["x y", "z"])
     messages = [pubsub.get_message(timeout=5)["data"] for _ in range(2)]
     pubsub.close()
-    (id0, _, data0), (id1, _, data1) = svc.log.read_events(job)
+    (id0, _, data0), (id1, _, data1) = svc.token_log.read_events(job)
     assert messages == [f"0 {id0} chunk {json.dumps(data0)}", f"{id0} {id1} chunk {json.dumps(data1)}"]
 
 

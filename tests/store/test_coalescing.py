@@ -91,7 +91,7 @@ def test_cancelling_a_follower_detaches_it_and_the_generation_goes_on(store, set
     first = primary(store)
     second = follower(store, first)
     assert store.request_cancel(second) == "cancelled"
-    store.log.publish_done(second)
+    store.token_log.publish_done(second)
     job_runner, _ = make_runner(store, settings, {first: ANSWER})
     job_runner.run_ticket(uuid.uuid4().hex, QUEUE)
     assert store.get(first)["status"] == "succeeded" and store.get(second)["status"] == "cancelled"
@@ -105,7 +105,7 @@ def test_a_running_primary_cancelled_by_its_client_keeps_generating_for_its_foll
     thread, _ = run_in_thread(job_runner)
     wait_until(lambda: len(store.get(first).get("text", "")) >= 3)
     assert store.request_cancel(first) == "cancelled"  # its own client is done with it at once
-    store.log.publish_done(first)
+    store.token_log.publish_done(first)
     thread.join(30)
     assert store.get(first)["status"] == "cancelled" and done_of(store, first)["status"] == "cancelled"
     assert store.get(second)["status"] == "succeeded" and text_of(store, second) == ANSWER
@@ -157,7 +157,7 @@ def test_followers_share_the_primarys_end_whatever_it_is(store, settings):
 def lose_first_attempt(store, job_id, text):
     """Attempt 1 of `job_id` on w1 logs `text` (with its token ids) to it and its followers; w1 dies."""
     assert store.claim(job_id, "w1", max_attempts=2) == ("start", 1)
-    assert store.log.append_chunk(job_id, 1, {"index": 0, "text": text}, token_ids=[ord(c) for c in text],
+    assert store.token_log.append_chunk(job_id, 1, {"index": 0, "text": text}, token_ids=[ord(c) for c in text],
                                   text=text)
     store.r.delete(store.keys.lease(job_id))  # w1 died: its lease lapses
 

@@ -32,7 +32,7 @@ def lose_first_attempt(store, job, chunks):
     text = ""
     for index, chunk in enumerate(chunks):
         text += chunk
-        assert store.log.append_chunk(job, 1, {"index": index, "text": chunk}, token_ids=ids_of(chunk),
+        assert store.token_log.append_chunk(job, 1, {"index": index, "text": chunk}, token_ids=ids_of(chunk),
                                       text=text, completion_tokens=len(text))
     # a second delivery while w1's lease lives is a duplicate and changes nothing
     assert store.claim(job, "w2", max_attempts=2) == ("duplicate", 1)
@@ -59,7 +59,7 @@ def test_a_redelivered_job_continues_from_its_log_and_the_stale_attempt_is_fence
     assert "".join(c["text"] for c in chunks) == record["text"]
     assert events[-1][0] == "done" and events[-1][1]["usage"]["completion_tokens"] == 10
     # the stale attempt wakes up: nothing it writes lands
-    assert not store.log.append_chunk(job, 1, {"index": 2, "text": "zombie"}, text="Hello zombie")
+    assert not store.token_log.append_chunk(job, 1, {"index": 2, "text": "zombie"}, text="Hello zombie")
     assert not store.finish(job, JobStatus.FAILED, attempt=1, finish_reason="error")
     assert store.get(job)["text"] == "Hello worl" and len(events_of(store, job)) == len(events)
 
@@ -74,7 +74,7 @@ def test_a_continued_job_keeps_the_logprobs_its_lost_attempt_logged(store, setti
     job = queue_job(store, max_tokens=8, top_logprobs=0)
     assert store.claim(job, "w1", max_attempts=2) == ("start", 1)
     earlier = [{"token": c, "logprob": -0.25, "bytes": [ord(c)], "top_logprobs": []} for c in "Hi "]
-    store.log.append_chunk(job, 1, {"index": 0, "text": "Hi ", "logprobs": earlier}, token_ids=ids_of("Hi "),
+    store.token_log.append_chunk(job, 1, {"index": 0, "text": "Hi ", "logprobs": earlier}, token_ids=ids_of("Hi "),
                            text="Hi ", completion_tokens=3)
     store.r.delete(store.keys.lease(job))  # w1 died
 
@@ -115,7 +115,7 @@ def test_chunks_logged_without_their_token_ids_are_not_continued(store, settings
     answer stands in tokens: the job starts over."""
     job = queue_job(store)
     assert store.claim(job, "w1", max_attempts=2) == ("start", 1)
-    assert store.log.append_chunk(job, 1, {"index": 0, "text": "old "}, text="old ")
+    assert store.token_log.append_chunk(job, 1, {"index": 0, "text": "old "}, text="old ")
     store.r.delete(store.keys.lease(job))
     job_runner, _ = make_runner(store, settings, {job: "new"})
     job_runner.run(job)
@@ -129,7 +129,7 @@ def test_an_answer_generated_whole_before_the_worker_died_only_gets_its_end(stor
     the next attempt ends the job with that text and runs nothing."""
     job = queue_job(store)
     assert store.claim(job, "w1", max_attempts=2) == ("start", 1)
-    assert store.log.append_chunk(job, 1, {"index": 0, "text": "all of it"}, token_ids=ids_of("all of it") + [0],
+    assert store.token_log.append_chunk(job, 1, {"index": 0, "text": "all of it"}, token_ids=ids_of("all of it") + [0],
                                   ended="stop", text="all of it")
     store.r.delete(store.keys.lease(job))
     job_runner, runner = make_runner(store, settings, {job: "never"})
@@ -193,7 +193,7 @@ def test_a_cancel_is_learnt_from_the_chunk_writes_themselves(store, settings):
     job_runner.store.cancels_requested = lambda job_ids: polls.append(job_ids) or []
     ran = threading.Thread(target=job_runner.run, args=(job,))
     ran.start()
-    wait_until(lambda: store.log.chunks_written(job) >= 5, 10)
+    wait_until(lambda: store.token_log.chunks_written(job) >= 5, 10)
     assert store.request_cancel(job) == "cancelling"
     ran.join(timeout=10)
     record = store.get(job)
@@ -214,7 +214,7 @@ def test_the_worker_refuses_a_job_that_waited_past_its_queue_deadline(store, set
 
 def test_redis_write_failures_are_buffered_and_nothing_is_lost(store, settings, monkeypatch):
     job = queue_job(store)
-    real_append, failures = store.log.append_chunk, {"left": 5}
+    real_append, failures = store.token_log.append_chunk, {"left": 5}
 
     def flaky_append(*args, **kwargs):
         if failures["left"] > 0:
@@ -222,7 +222,7 @@ def test_redis_write_failures_are_buffered_and_nothing_is_lost(store, settings, 
             raise redis.ConnectionError("Redis is restarting")
         return real_append(*args, **kwargs)
 
-    monkeypatch.setattr(store.log, "append_chunk", flaky_append)
+    monkeypatch.setattr(store.token_log, "append_chunk", flaky_append)
     job_runner, _ = make_runner(store, settings, {job: "all of this text arrives"}, delay=0.01)
     job_runner.run(job)
     assert_whole_answer(store, job, "all of this text arrives")
@@ -241,7 +241,7 @@ def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, sett
     """Redis ran the append and went down before replying: the runner sees an error, but the
     chunk is in the log. The next write must continue after it, not repeat it."""
     job = queue_job(store)
-    real_append, lost = store.log.append_chunk, {"left": 3}
+    real_append, lost = store.token_log.append_chunk, {"left": 3}
 
     def append_then_lose_reply(*args, **kwargs):
         result = real_append(*args, **kwargs)
@@ -250,7 +250,7 @@ def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, sett
             raise redis.ConnectionError("Connection closed by server")
         return result
 
-    monkeypatch.setattr(store.log, "append_chunk", append_then_lose_reply)
+    monkeypatch.setattr(store.token_log, "append_chunk", append_then_lose_reply)
     job_runner, _ = make_runner(store, settings, {job: "every word exactly once"}, delay=0.01)
     job_runner.run(job)
     assert_whole_answer(store, job, "every word exactly once")
@@ -260,7 +260,7 @@ def test_logprobs_go_with_their_text_through_lost_replies_and_failed_writes(stor
     """Each token's logprobs entry is logged once, in the chunk that carries its text, however
     the writes fail; the record keeps them all."""
     job = queue_job(store, top_logprobs=2)
-    real_append, faults = store.log.append_chunk, ["lose", "fail", "lose", "fail"]
+    real_append, faults = store.token_log.append_chunk, ["lose", "fail", "lose", "fail"]
 
     def faulty_append(*args, **kwargs):
         fault = faults.pop(0) if faults else None
@@ -271,7 +271,7 @@ def test_logprobs_go_with_their_text_through_lost_replies_and_failed_writes(stor
             raise redis.ConnectionError("Connection closed by server")
         return result
 
-    monkeypatch.setattr(store.log, "append_chunk", faulty_append)
+    monkeypatch.setattr(store.token_log, "append_chunk", faulty_append)
     job_runner, _ = make_runner(store, settings, {job: "each token once"}, delay=0.01)
     job_runner.run(job)
     assert_whole_answer(store, job, "each token once")

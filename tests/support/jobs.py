@@ -39,12 +39,12 @@ def log_as_a_worker(svc, job_id, pieces):
     svc.jobs.r.hset(svc.jobs.keys.job(job_id), mapping={"status": "running"})
     for piece in pieces:
         if piece is None:
-            svc.log.append_event(job_id, "restart", {"reason": "the worker was lost; its job cannot continue"})
+            svc.token_log.append_event(job_id, "restart", {"reason": "the worker was lost; its job cannot continue"})
         else:
-            svc.log.append_event(job_id, "chunk", {"index": 0, "text": piece})
+            svc.token_log.append_event(job_id, "chunk", {"index": 0, "text": piece})
 
 
 def end_as_a_worker(svc, job_id, text):
     """End a job as its worker would, with `text` as its whole answer."""
     svc.jobs.finish(job_id, JobStatus.SUCCEEDED, text=text, finish_reason="stop", completion_tokens=9)
-    svc.log.publish_done(job_id)
+    svc.token_log.publish_done(job_id)

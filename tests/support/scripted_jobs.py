@@ -50,4 +50,4 @@ def make_runner(store, settings, scripts, name="w2", delay=0.0):
 
 
 def events_of(store, job_id):
-    return [(event, data) for _, event, data in store.log.read_events(job_id)]
+    return [(event, data) for _, event, data in store.token_log.read_events(job_id)]
