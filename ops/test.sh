@@ -16,4 +16,7 @@ LLMQ_MODEL=${LLMQ_TEST_MODEL:-embedded} prepare_model >/dev/null
 # the OpenVINO IR the tests' workers serve (int8, the default) and tune (bf16), exported once here:
 # a first worker would otherwise spend its start-up deadline exporting it
 LLMQ_MODEL=${LLMQ_TEST_MODEL:-embedded} "$PY" -m worker.engine.openvino_model int8 bf16 >/dev/null
-exec "$PY" -m pytest -q -ra -n "${LLMQ_TEST_PROCESSES:-2}" --dist loadfile "$@"
+# Two test processes share two cores, with the workers they start: OpenMP threads (torch's, vLLM's)
+# that spin while waiting for a core held by the other process slow it several times over
+export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
+exec "$PY" -m pytest -q -ra -n "${LLMQ_TEST_PROCESSES:-2}" --dist loadfile --no-loadscope-reorder "$@"

@@ -28,6 +28,29 @@ from tests.support.settings import REDIS_DB, REDIS_HOST, cleanup_namespace, make
 from tests.support.webhook_receiver import Receiver
 
 
+# The modules that take minutes (vLLM starts, worker kills, long generations), the slowest first.
+# `bash ops/test.sh` runs modules on two pytest-xdist processes, each taking the next module when
+# it is free (`--dist loadfile --no-loadscope-reorder`): the long ones go first, so that neither
+# process is left running one of them alone at the end while the other has nothing to do.
+SLOWEST_FIRST = [
+    "tests/e2e/test_held_jobs.py",
+    "tests/e2e/test_vllm_parallel.py",
+    "tests/e2e/test_vllm_worker.py",
+    "tests/engine/test_engine_contract.py",
+    "tests/e2e/test_worker_crash.py",
+    "tests/api/test_fuzz.py",
+    "tests/engine/test_prompt_lookup.py",
+    "tests/engine/test_openvino_engine.py",
+    "tests/e2e/test_batch_yield.py",
+    "tests/e2e/test_openai.py",
+]
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {module: i for i, module in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::")[0], len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _redis_up():
     try:
