@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from email.utils import parsedate_to_datetime
 
 import urllib3
-from urllib3.exceptions import NewConnectionError
+from urllib3.exceptions import NameResolutionError, NewConnectionError
 
 from common.settings import Settings
 from common.webhook_rules import secret_keys, sign, split_url
@@ -118,6 +118,8 @@ class WebhookSender:
             except BlockedAddress as exc:
                 return Outcome(error=str(exc), final=True)
             except (urllib3.exceptions.HTTPError, OSError) as exc:
+                if isinstance(exc, NameResolutionError):  # its own message says why, a lookup that
+                    return Outcome(error=f"could not connect: {_reason(exc)}")  # ran out of time too
                 if deadline.passed or (isinstance(exc, urllib3.exceptions.TimeoutError)
                                        and not isinstance(exc, NewConnectionError)):
                     return Outcome(error=f"timed out: the attempt took over {limit:g} s")
