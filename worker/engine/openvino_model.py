@@ -17,6 +17,7 @@ OpenVINO's tools there report usage unless declined: `run_exporter` declines it 
 """
 from __future__ import annotations
 
+import importlib.util
 import logging
 import subprocess
 import sys
@@ -55,11 +56,10 @@ def open_engine(model: ModelRef, settings):
     Weights still `auto` here (an engine built outside a worker, which resolves them with
     worker/tuning.py) are the measured-quality default."""
     settings = _concrete_weights(settings)
-    try:
-        from worker.engine.openvino_engine import OpenVINOEngine
-        import openvino_genai  # noqa: F401
-    except ImportError as exc:
-        raise OpenVINOUnavailable(f"openvino-genai is not installed ({exc})") from exc
+    from worker.engine.openvino_engine import OpenVINOEngine
+
+    if importlib.util.find_spec("openvino_genai") is None:  # found, not imported: only the core loads it
+        raise OpenVINOUnavailable("openvino-genai is not installed")
     source, weights = choose_source(model, settings)
     try:
         return OpenVINOEngine.from_source(source, model.path, settings, {"weights": weights, "source": str(source)})
