@@ -6,6 +6,7 @@
   itself provides
 - engine_app.py: the OpenVINO pipeline driven in process by closed-loop clients, no server: the
   ceiling llmq's OpenVINO stack is measured against
+- llmq_pipeline.py: that pipeline exactly as llmq's worker builds it (for both programs above)
 - clients.py: one request as a client sees it (`Sample`), over llmq's jobs API, OpenAI chat
   completions and responses, streamed
 - burst.py: thousands of streaming clients at once from one asyncio client (the front door)

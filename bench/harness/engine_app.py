@@ -21,13 +21,12 @@ import time
 
 from flask import Flask, jsonify, request
 
+from bench.harness.llmq_pipeline import llmq_pipeline
 from bench.harness.prompts import story
-from common.models import resolve_model
 from common.prompting import PromptBuilder
 from common.settings import Settings
 from worker.engine.model_config import eos_token_ids
-from worker.engine.openvino_core import build_pipeline, generation_config, read_new_tokens
-from worker.engine.openvino_model import choose_source
+from worker.engine.openvino_core import generation_config, read_new_tokens
 from worker.engine.sequence import Sampling
 
 log = logging.getLogger("engine_app")
@@ -75,11 +74,7 @@ def closed_loop(pipeline, prompts: list[list[list[int]]], config) -> tuple[list[
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 settings = Settings()
-model = resolve_model(settings, prepare=True)
-source, weights = choose_source(model, settings)
-pipeline, info = build_pipeline(source, model.path, settings)
-info.update(weights=weights, source=str(source))
-log.info("OpenVINO pipeline ready on %s: %s", source, info)
+model, pipeline, info = llmq_pipeline(settings)
 prompts, eos = PromptBuilder(model.path, settings.max_model_len), eos_token_ids(model.path)
 app = Flask(__name__)
 

@@ -26,13 +26,12 @@ from typing import Any
 
 from flask import Flask, Response, jsonify, request
 
-from common.models import resolve_model
+from bench.harness.llmq_pipeline import llmq_pipeline
 from common.prompting import PromptBuilder
 from common.settings import Settings
 from worker.engine.detokenizer import IncrementalDetokenizer, load_tokenizer
 from worker.engine.model_config import eos_token_ids
-from worker.engine.openvino_core import build_pipeline, generation_config, read_new_tokens
-from worker.engine.openvino_model import choose_source
+from worker.engine.openvino_core import generation_config, read_new_tokens
 from worker.engine.sequence import Sampling
 
 log = logging.getLogger("openvino_server")
@@ -105,12 +104,7 @@ class Batcher:
 
 logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 settings = Settings()
-model = resolve_model(settings, prepare=True)
-source, weights = choose_source(model, settings)
-started = time.monotonic()
-pipeline, info = build_pipeline(source, model.path, settings)
-info.update(weights=weights, source=str(source), load_s=round(time.monotonic() - started, 2))
-log.info("OpenVINO pipeline ready on %s: %s", source, info)
+model, pipeline, info = llmq_pipeline(settings)
 prompts, tokenizer, eos = PromptBuilder(model.path, settings.max_model_len), load_tokenizer(model.path), eos_token_ids(model.path)
 batcher = Batcher(pipeline)
 app = Flask(__name__)
