@@ -17,7 +17,8 @@ fi
 # the CPU's own vector extensions, read from /proc/cpuinfo: a kernel for one it lacks dies of SIGILL
 has() { grep -qw "$1" /proc/cpuinfo && echo ON || echo OFF; }
 # a build folder per set of extensions: objects left by a build for another CPU would be linked in
-BUILD=$SRC/build-$(for f in avx2 avx512f avx512_vbmi avx512_vnni avx512_bf16; do if [ "$(has $f)" = ON ]; then printf '%s.' $f; fi; done)
+FEATURES=$(for f in avx2 avx512f avx512_vbmi avx512_vnni avx512_bf16; do if [ "$(has $f)" = ON ]; then echo $f; fi; done)
+BUILD=$SRC/build-$(echo $FEATURES | tr ' ' '-')
 cmake -S "$SRC" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DLLAMA_CURL=OFF -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_EXAMPLES=OFF -DGGML_NATIVE=OFF -DGGML_AVX="$(has avx)" -DGGML_AVX2="$(has avx2)" \
   -DGGML_FMA="$(has fma)" -DGGML_F16C="$(has f16c)" -DGGML_BMI2="$(has bmi2)" -DGGML_AVX512="$(has avx512f)" \
