@@ -26,6 +26,7 @@ and the llmq/baseline ratios. Loopback only; bounded by the request counts.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib.util
 import json
 import os
@@ -36,6 +37,7 @@ from pathlib import Path
 
 from bench.harness.clients import baseline_request, llmq_request, openai_request
 from bench.harness.load import drive, drive_server, requests_per_client, turns
+from bench.harness.prompts import WORKLOADS
 from bench.harness.results import args_dict, levels, save
 from bench.harness.servers import (BaselineServer, LlamaServer, OpenVINOEngine, OpenVINOServer, PeerServer,
                                    Stack, VllmServer)
@@ -83,7 +85,7 @@ def interleaved(servers: dict, args) -> dict[str, list[dict]]:
         per_client = requests_per_client(clients, args.requests_per_client, args.min_requests)
         for round_, name in turns(list(servers), args.rounds):
             first = round_ * clients * per_client  # fresh prompts each round
-            samples, wall = drive_server(servers[name], clients, per_client, args.max_tokens, first)
+            samples, wall = drive_server(servers[name], clients, per_client, args.max_tokens, first, args.workload)
             row = summarize(clients, samples, wall)
             print(f"{name:12s} round {round_ + 1} {json.dumps(row)}", flush=True)
             pooled[name] = (pooled[name][0] + samples, pooled[name][1] + wall)
@@ -137,6 +139,9 @@ def main() -> None:
     parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
                         help="path of a built llama.cpp llama-server binary (or LLAMA_SERVER)")
     parser.add_argument("--gguf", help="GGUF for llama-server (default: the embedded model's)")
+    parser.add_argument("--llama-lookup", action="store_true",
+                        help="also llama-server with its own n-gram speculative decoding "
+                             "(--spec-type ngram-simple): prompt lookup's peer on --workload grounded")
     parser.add_argument("--rounds", type=int, default=3,
                         help="with --openai: rounds of every server in turn, pooled per server")
     parser.add_argument("--settle-s", type=float, default=3.0,
@@ -148,8 +153,13 @@ def main() -> None:
                         help="with --openai: TTFT of unique ~1,500-token system prompts at 1 and 8 clients, "
                              "and 8 decoding streams' tokens/s beside them (bench/studies/long_prompts.py)")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
-                        help="with --openai: one more llmq-on-vLLM stack, named llmq-NAME, with these "
-                             "settings changed (an A/B of a setting in one interleaved run); repeatable")
+                        help="with --openai: one more llmq stack, named llmq-NAME, with these settings "
+                             "changed (an A/B of a setting in one interleaved run); on vLLM unless they "
+                             "set LLMQ_ENGINE; repeatable")
+    parser.add_argument("--workload", choices=sorted(WORKLOADS), default="stories",
+                        help="with --openai: the prompts (bench/harness/prompts.py): distinct stories to "
+                             "write, or input-grounded requests that quote, edit or summarise a given text "
+                             "(where prompt lookup pays: --variant lookup:LLMQ_ENGINE=openvino,LLMQ_PROMPT_LOOKUP=true)")
     args = parser.parse_args()
     # a `timeout` (bench/gpu_check.sh) ends the run with SIGTERM: as an exception, so the `finally`
     # that stops every server runs (vLLM's own server is in a session of its own, out of reach of
@@ -208,13 +218,16 @@ def compare(args) -> None:
         if args.openvino_engine:
             servers["openvino-engine"] = OpenVINOEngine(args.model, logs / "openvino-engine", stack_env("openvino"))
         if args.llama_server:
-            servers["llama-server"] = LlamaServer(args.llama_server, args.gguf or str(embedded_gguf()), logs,
-                                                  threads=len(os.sched_getaffinity(0)), slots=batch)
+            llama = functools.partial(LlamaServer, args.llama_server, args.gguf or str(embedded_gguf()), logs,
+                                      threads=len(os.sched_getaffinity(0)), slots=batch)
+            servers["llama-server"] = llama()
+            if args.llama_lookup:
+                servers["llama-lookup"] = llama(extra_args=("--spec-type", "ngram-simple"), name="llama-lookup")
         for server in servers.values():
             server.wait_ready()
             # warm-up at the largest batch: a server's first requests of a new shape are slow
             # (vLLM compiles for it), and that belongs to start-up, not to the first round
-            drive_server(server, batch, 1, 16, first_prompt=10_000)
+            drive_server(server, batch, 1, 16, first_prompt=10_000, workload=args.workload)
             time.sleep(args.settle_s)
         if args.long_prompts:
             from bench.studies import long_prompts
@@ -241,7 +254,8 @@ def compare(args) -> None:
              ("llmq-openvino", "openvino-server"), ("llmq-openvino", "openvino-engine"),
              ("openvino-server", "openvino-engine"), ("llmq-openvino", "vllm-server"),
              ("llmq-openvino", "llama-server")]
-    pairs += [(f"llmq-{name}", "vllm-server") for name, _ in map(parse_variant, args.variant)]
+    pairs += [(f"llmq-{name}", base) for name, _ in map(parse_variant, args.variant)
+              for base in ("llmq-vllm", "llmq-openvino", "vllm-server", "llama-server", "llama-lookup")]
     for ours, theirs in pairs:
         if ours in results and theirs in results:
             ratios = [o["tokens_per_s"] / t["tokens_per_s"] for o, t in zip(results[ours], results[theirs])]

@@ -5,10 +5,10 @@ text relay around it. What llmq's OpenVINO stack delivers is measured against th
     LLMQ_MODEL=embedded HF_HUB_OFFLINE=1 .venv/bin/python -m bench.harness.engine_app --port 8012
 
 It is a process of its own (so the benchmark's own client threads never share its GIL), with one
-endpoint: `POST /drive {"clients", "per_client", "max_tokens", "first_prompt"}` runs that load
-to its end and answers every request's sample. The load is the harness's own: the same prompts
-(`bench.harness.prompts.story`, as a user message under llmq's chat template), greedy, the same
-lengths. Each of the clients adds its next request the moment its last one ends, between two steps
+endpoint: `POST /drive {"clients", "per_client", "max_tokens", "first_prompt", "workload"}` runs
+that load to its end and answers every request's sample. The load is the harness's own: the same
+prompts (`bench.harness.prompts.WORKLOADS`, as a user message under llmq's chat template), greedy,
+the same lengths. Each of the clients adds its next request the moment its last one ends, between two steps
 of the pipeline, the way a closed-loop HTTP client would, without the HTTP: time to first token
 runs from adding the request to the step that made its first token, and tokens are the ids the
 pipeline made (what a server reports as completion tokens).
@@ -22,7 +22,7 @@ import time
 from flask import Flask, jsonify, request
 
 from bench.harness.llmq_pipeline import llmq_pipeline
-from bench.harness.prompts import story
+from bench.harness.prompts import WORKLOADS
 from common.prompting import PromptBuilder
 from common.settings import Settings
 from worker.engine.model_config import eos_token_ids
@@ -88,7 +88,8 @@ def health():
 def drive():
     body = request.get_json()
     clients, per_client, first = body["clients"], body["per_client"], body.get("first_prompt", 0)
-    load = [[prompts.build([{"role": "user", "content": story(n)}], None)[1]
+    prompt = WORKLOADS[body.get("workload", "stories")]
+    load = [[prompts.build([{"role": "user", "content": prompt(n)}], None)[1]
              for n in range(first + c * per_client, first + (c + 1) * per_client)] for c in range(clients)]
     config = generation_config(Sampling(max_tokens=body["max_tokens"], temperature=0.0), eos)
     samples, wall = closed_loop(pipeline, load, config)

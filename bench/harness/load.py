@@ -10,19 +10,21 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from bench.harness.clients import Sample
-from bench.harness.prompts import story
+from bench.harness.prompts import WORKLOADS
 
 RequestFn = Callable[[str, str, int], Sample]
 
 
 def drive(request_fn: RequestFn, url: str, clients: int, per_client: int, max_tokens: int,
-          first_prompt: int = 0) -> tuple[list[Sample], float]:
+          first_prompt: int = 0, workload: str = "stories") -> tuple[list[Sample], float]:
     """`clients` closed-loop clients, `per_client` requests each (each submits, reads its answer
-    to the end, and submits again), distinct prompts from `first_prompt` on: the samples and the
-    wall time."""
+    to the end, and submits again), distinct prompts of `workload` (bench/harness/prompts.py)
+    from `first_prompt` on: the samples and the wall time."""
+    prompt = WORKLOADS[workload]
+
     def client(index: int) -> list[Sample]:
         numbers = range(first_prompt + index * per_client, first_prompt + (index + 1) * per_client)
-        return [request_fn(url, story(n), max_tokens) for n in numbers]
+        return [request_fn(url, prompt(n), max_tokens) for n in numbers]
 
     start = time.perf_counter()
     with ThreadPoolExecutor(clients) as pool:
@@ -31,14 +33,14 @@ def drive(request_fn: RequestFn, url: str, clients: int, per_client: int, max_to
 
 
 def drive_server(server, clients: int, per_client: int, max_tokens: int,
-                 first_prompt: int = 0) -> tuple[list[Sample], float]:
+                 first_prompt: int = 0, workload: str = "stories") -> tuple[list[Sample], float]:
     """`drive` with the OpenAI streaming chat client against `server.url`, or the server's own
     `drive` where it has one (an engine driven in process: bench/harness/engine_app.py)."""
     if hasattr(server, "drive"):
-        return server.drive(clients, per_client, max_tokens, first_prompt)
+        return server.drive(clients, per_client, max_tokens, first_prompt, workload)
     from bench.harness.clients import openai_request
 
-    return drive(openai_request, server.url, clients, per_client, max_tokens, first_prompt)
+    return drive(openai_request, server.url, clients, per_client, max_tokens, first_prompt, workload)
 
 
 def turns(names: list[str], rounds: int) -> Iterator[tuple[int, str]]:

@@ -298,24 +298,27 @@ class OpenVINOEngine(Server):
     def wait_ready(self, timeout: float = 600) -> None:
         wait_http_ok(f"{self.url}/health", timeout, "OpenVINO engine driver")
 
-    def drive(self, clients: int, per_client: int, max_tokens: int, first_prompt: int = 0):
+    def drive(self, clients: int, per_client: int, max_tokens: int, first_prompt: int = 0,
+              workload: str = "stories"):
         from bench.harness.clients import Sample
 
         answer = requests.post(f"{self.url}/drive", timeout=3600, json={
             "clients": clients, "per_client": per_client, "max_tokens": max_tokens,
-            "first_prompt": first_prompt}).json()
+            "first_prompt": first_prompt, "workload": workload}).json()
         return [Sample(**sample) for sample in answer["samples"]], answer["wall_s"]
 
 
 class LlamaServer(Server):
     """llama.cpp's own `llama-server` (built from source; the path comes from --llama-server or
-    LLAMA_SERVER), continuous batching over `slots` parallel sequences."""
+    LLAMA_SERVER), continuous batching over `slots` parallel sequences; `extra_args`, more of its
+    options (its own n-gram speculative decoding: `--spec-type ngram-simple`), under `name`."""
 
-    def __init__(self, binary: str, gguf_path: str, log_dir: Path, threads: int, slots: int):
+    def __init__(self, binary: str, gguf_path: str, log_dir: Path, threads: int, slots: int,
+                 extra_args: tuple[str, ...] = (), name: str = "llama-server"):
         super().__init__(log_dir)
-        self.spawn("llama-server", [binary, "-m", gguf_path, "--host", "127.0.0.1", "--port", str(self.port),
-                                    "-t", str(threads), "-np", str(slots), "-c", str(4096 * slots // 4),
-                                    "--no-webui"], {**os.environ})
+        self.spawn(name, [binary, "-m", gguf_path, "--host", "127.0.0.1", "--port", str(self.port),
+                          "-t", str(threads), "-np", str(slots), "-c", str(4096 * slots // 4),
+                          "--no-webui", *extra_args], {**os.environ})
 
     def wait_ready(self, timeout: float = 180) -> None:
         wait_http_ok(f"{self.url}/health", timeout, "llama-server")

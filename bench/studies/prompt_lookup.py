@@ -16,6 +16,7 @@ import argparse
 import json
 import time
 
+from bench.harness.prompts import TASKS, TEXTS
 from bench.harness.stats import percentile
 from common.models import resolve_model
 from common.prompting import PromptBuilder
@@ -23,41 +24,6 @@ from common.settings import Settings
 from worker.engine.registry import build_engine
 from worker.engine.sequence import EngineRequest, Sampling
 
-TEXTS = [
-    "The river town of Elmsford sits where two valleys meet. Every spring the snowmelt swells the water, and "
-    "the old stone bridge, built in 1782 by a mason named Thomas Hale, disappears for a week under the flood. "
-    "Children wait on the hill for the first arch to show again, and the baker gives a free loaf to whoever "
-    "sees it first. The town council has argued for forty years about a new bridge upstream; the plans are "
-    "drawn, the money is not. Meanwhile the ferryman, Ada Brook, takes people across in a flat boat for two "
-    "coins each, and keeps a ledger of every crossing since 1990. Her ledger shows that the flood now comes "
-    "nine days earlier than it did when she started, and that it lasts longer. The school teaches the "
-    "children to read the ledger as a lesson in patience and in measurement.",
-    "Our support policy for returns is simple. Customers may return unused items within thirty days of "
-    "delivery. Refunds are issued to the original payment method within five business days after the "
-    "warehouse confirms the return. Fragile goods need photos of the damage and of the packaging before a "
-    "replacement is sent. Items bought in a sale can be exchanged but not refunded. Gift cards cannot be "
-    "returned. If a parcel is lost, the customer must wait ten business days from the shipping date before "
-    "we open an investigation with the carrier. During that time the order page shows the tracking number "
-    "and the carrier's last scan. Orders shipped abroad may be held by customs; any duties are paid by the "
-    "customer, and refused parcels are returned to us at the customer's cost.",
-    "def merge_intervals(intervals):\n    \"\"\"Merge overlapping intervals and return them sorted.\"\"\"\n"
-    "    if not intervals:\n        return []\n    intervals = sorted(intervals, key=lambda pair: pair[0])\n"
-    "    merged = [list(intervals[0])]\n    for start, end in intervals[1:]:\n        last = merged[-1]\n"
-    "        if start <= last[1]:\n            last[1] = max(last[1], end)\n        else:\n"
-    "            merged.append([start, end])\n    return [tuple(pair) for pair in merged]\n\n\n"
-    "def total_covered(intervals):\n    \"\"\"The length of the union of the intervals.\"\"\"\n"
-    "    return sum(end - start for start, end in merge_intervals(intervals))\n\n\n"
-    "def gaps(intervals, lower, upper):\n    \"\"\"The stretches between lower and upper no interval covers.\"\"\"\n"
-    "    result, cursor = [], lower\n    for start, end in merge_intervals(intervals):\n"
-    "        if start > cursor:\n            result.append((cursor, min(start, upper)))\n"
-    "        cursor = max(cursor, end)\n    if cursor < upper:\n        result.append((cursor, upper))\n"
-    "    return result\n",
-]
-TASKS = {
-    "quote": "Repeat this text exactly, word for word:\n\n{text}",
-    "edit": "Rewrite this text with every number written out in words; change nothing else:\n\n{text}",
-    "summarise": "Summarise this text in a few sentences, keeping its key names and facts:\n\n{text}",
-}
 OPEN = ["Why is the sky blue?", "Write a short story about a lighthouse keeper.", "Explain how a bicycle works.",
         "What should I pack for a week of hiking?", "Describe the water cycle."]
 
