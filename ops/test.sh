@@ -19,4 +19,5 @@ LLMQ_MODEL=${LLMQ_TEST_MODEL:-embedded} "$PY" -m worker.engine.openvino_model in
 # Two test processes share two cores, with the workers they start: OpenMP threads (torch's, vLLM's)
 # that spin while waiting for a core held by the other process slow it several times over
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
-exec "$PY" -m pytest -q -ra -n "${LLMQ_TEST_PROCESSES:-2}" --dist loadfile --no-loadscope-reorder "$@"
+# --durations: the slowest tests, printed at the end, say where the suite's time budget goes
+exec "$PY" -m pytest -q -ra --durations=15 -n "${LLMQ_TEST_PROCESSES:-2}" --dist loadfile --no-loadscope-reorder "$@"
