@@ -1,6 +1,7 @@
 """Where a streamed request's time to first token goes in llmq, segment by segment, under load.
 
     python -m bench.studies.ttft_path [--model PATH] [--clients 8,32] [--requests-per-client 2]
+    python -m bench.studies.ttft_path --engine-loop [--model PATH] ...
 
 Starts its own llmq stack (worker + API, fresh namespace, OpenVINO unless LLMQ_ENGINE says
 otherwise), warms it up, then drives closed-loop OpenAI streaming clients (the harness's story
@@ -17,10 +18,15 @@ Per level it prints the p50 and p90 of each segment: sent->created (the API: HTT
 admission), created->started (the ticket's way to a worker, its pick and claim), started->logged
 (the hand-off to the engine, the step the request waits for, its prefill, the first token's way
 back to the relay and its write), logged->seen (the API's relay of the log to the stream).
+
+`--engine-loop` measures the part of started->logged that is the engine's: the engine built as a
+worker builds it, behind the worker's `EngineLoop`, in this process, with no Redis, API or relay;
+the same closed-loop clients submit to it directly. It prints tokens/s and submit->first output.
 """
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,7 +42,13 @@ from bench.harness.results import levels, markdown_table
 from bench.harness.servers import Stack
 from bench.harness.stats import percentile
 from common.keys import Keys
+from common.models import resolve_model
+from common.prompting import PromptBuilder
+from common.settings import Settings
 from common.sseclient import iter_sse
+from worker.engine.loop import EngineLoop
+from worker.engine.registry import build_engine
+from worker.engine.sequence import EngineRequest, Sampling
 
 SEGMENTS = ("sent->created", "created->started", "started->logged", "logged->seen")
 
@@ -80,6 +92,43 @@ def run_level(url: str, model: str, clients: int, per_client: int, max_tokens: i
         return [t for batch in pool.map(client, range(clients)) for t in batch]
 
 
+def engine_loop(args) -> None:
+    """The same load on the worker's engine and `EngineLoop` alone (see the module's text)."""
+    settings = Settings(model=args.model, engine=args.engine, max_batch_size=max(args.clients), kv_cache_mb=1024,
+                        allow_download=False)
+    model = resolve_model(settings, prepare=True)
+    engine, _ = build_engine(settings, model)
+    loop, builder, numbers = EngineLoop(engine), PromptBuilder(model.path, settings.max_model_len), itertools.count()
+
+    def request(n: int, max_tokens: int) -> tuple[float, int]:
+        ids = builder.build([{"role": "user", "content": story(n)}], None)[1]
+        start, first, tokens = time.perf_counter(), None, 0
+        stream = loop.submit(EngineRequest(f"r{n}", ids, Sampling(max_tokens=max_tokens, temperature=0)))
+        while True:
+            output = stream.get(600)
+            if output.new_token_ids and first is None:
+                first = time.perf_counter() - start
+            tokens += len(output.new_token_ids)
+            if output.finished:
+                return first, tokens
+
+    def client(per_client: int, max_tokens: int) -> list[tuple[float, int]]:
+        return [request(10_000 + next(numbers), max_tokens) for _ in range(per_client)]
+
+    try:
+        for clients in [max(args.clients), *args.clients]:  # the first level warms up
+            start = time.perf_counter()
+            with ThreadPoolExecutor(clients) as pool:
+                done = [r for batch in pool.map(lambda _: client(args.requests_per_client, args.max_tokens),
+                                                range(clients)) for r in batch]
+            wall, firsts = time.perf_counter() - start, [r[0] for r in done if r[0] is not None]
+            print(json.dumps({"clients": clients, "tokens_per_s": round(sum(r[1] for r in done) / wall, 1),
+                              "submit_to_first_output": [round(percentile(firsts, q), 3) for q in (50, 90)]}),
+                  flush=True)
+    finally:
+        engine.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="embedded")
@@ -88,7 +137,12 @@ def main() -> None:
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
     parser.add_argument("--engine", default="openvino")
+    parser.add_argument("--engine-loop", action="store_true",
+                        help="the worker's engine and EngineLoop alone, in this process (no Redis, API or relay)")
     args = parser.parse_args()
+    if args.engine_loop:
+        engine_loop(args)
+        return
     batch = str(max(args.clients))
     stack = Stack(args.redis_url, args.model, Path("bench/results/logs/ttft_path"),
                   {"LLMQ_ENGINE": args.engine, "LLMQ_MAX_BATCH_SIZE": batch, "LLMQ_KV_CACHE_MB": "1024"})
