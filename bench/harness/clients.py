@@ -21,6 +21,7 @@ class Sample:
     ttft: float = 0.0  # seconds from sending to the first text
     latency: float = 0.0  # seconds from sending to the end
     tokens: int = 0  # completion tokens
+    answer_id: str = ""  # the server's id of the answer (an OpenAI chat completion's `id`)
 
 
 def read_job_events(resp: requests.Response, t0: float) -> Sample:
@@ -97,6 +98,7 @@ def openai_request(url: str, prompt: str, max_tokens: int, system: str | None = 
                 sample.ok, sample.latency = True, time.perf_counter() - t0
                 break
             body = event.json()
+            sample.answer_id = sample.answer_id or body.get("id", "")
             usage = body.get("usage") or usage
             delta = body["choices"][0].get("delta", {}).get("content") if body.get("choices") else None
             if delta:

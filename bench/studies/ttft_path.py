@@ -26,18 +26,15 @@ the same closed-loop clients submit to it directly. It prints tokens/s and submi
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import time
-from concurrent.futures import ThreadPoolExecutor
+import uuid
 from pathlib import Path
 
 import redis
-import requests
 
-from bench.harness.clients import openai_request, served_model
+from bench.harness.clients import Sample, openai_request
 from bench.harness.load import drive
-from bench.harness.prompts import story
 from bench.harness.results import levels, markdown_table
 from bench.harness.servers import Stack
 from bench.harness.stats import percentile
@@ -45,7 +42,6 @@ from common.keys import Keys
 from common.models import resolve_model
 from common.prompting import PromptBuilder
 from common.settings import Settings
-from common.sseclient import iter_sse
 from worker.engine.loop import EngineLoop
 from worker.engine.registry import build_engine
 from worker.engine.sequence import EngineRequest, Sampling
@@ -53,22 +49,13 @@ from worker.engine.sequence import EngineRequest, Sampling
 SEGMENTS = ("sent->created", "created->started", "started->logged", "logged->seen")
 
 
-def timed_request(url: str, model: str, prompt: str, max_tokens: int) -> dict:
-    """One streamed chat completion: its job id and the wall-clock instants it was sent and its
-    first text was read."""
+def timed_request(url: str, prompt: str, max_tokens: int) -> dict:
+    """One streamed chat completion (the harness's client): its job id and the wall-clock
+    instants it was sent and its first text was read."""
     sent = time.time()
-    seen, job_id = None, None
-    with requests.post(f"{url}/v1/chat/completions", stream=True, timeout=600, json={
-            "model": model, "messages": [{"role": "user", "content": prompt}], "max_tokens": max_tokens,
-            "temperature": 0, "stream": True}) as resp:
-        for event in iter_sse(resp.iter_lines(chunk_size=None)):
-            if event.data == "[DONE]":
-                break
-            body = event.json()
-            job_id = job_id or body["id"].split("-", 1)[1]
-            if seen is None and body["choices"] and body["choices"][0].get("delta", {}).get("content"):
-                seen = time.time()
-    return {"job_id": job_id, "sent": sent, "seen": seen}
+    sample = openai_request(url, prompt, max_tokens)
+    return {"job_id": sample.answer_id.split("-", 1)[-1], "sent": sent,
+            "seen": sent + sample.ttft if sample.ttft else None}
 
 
 def segments(client: redis.Redis, keys: Keys, timing: dict) -> dict[str, float] | None:
@@ -83,46 +70,34 @@ def segments(client: redis.Redis, keys: Keys, timing: dict) -> dict[str, float] 
             "started->logged": logged - started, "logged->seen": timing["seen"] - logged}
 
 
-def run_level(url: str, model: str, clients: int, per_client: int, max_tokens: int, first: int) -> list[dict]:
-    def client(index: int) -> list[dict]:
-        numbers = range(first + index * per_client, first + (index + 1) * per_client)
-        return [timed_request(url, model, story(n), max_tokens) for n in numbers]
-
-    with ThreadPoolExecutor(clients) as pool:
-        return [t for batch in pool.map(client, range(clients)) for t in batch]
-
-
 def engine_loop(args) -> None:
     """The same load on the worker's engine and `EngineLoop` alone (see the module's text)."""
     settings = Settings(model=args.model, engine=args.engine, max_batch_size=max(args.clients), kv_cache_mb=1024,
                         allow_download=False)
     model = resolve_model(settings, prepare=True)
     engine, _ = build_engine(settings, model)
-    loop, builder, numbers = EngineLoop(engine), PromptBuilder(model.path, settings.max_model_len), itertools.count()
+    loop, builder = EngineLoop(engine), PromptBuilder(model.path, settings.max_model_len)
 
-    def request(n: int, max_tokens: int) -> tuple[float, int]:
-        ids = builder.build([{"role": "user", "content": story(n)}], None)[1]
-        start, first, tokens = time.perf_counter(), None, 0
-        stream = loop.submit(EngineRequest(f"r{n}", ids, Sampling(max_tokens=max_tokens, temperature=0)))
-        while True:
+    def request(_url: str, prompt: str, max_tokens: int) -> Sample:
+        """`drive`'s request, submitted to the loop: TTFT from submit to the first output."""
+        ids = builder.build([{"role": "user", "content": prompt}], None)[1]
+        start, sample = time.perf_counter(), Sample(ok=False)
+        stream = loop.submit(EngineRequest(uuid.uuid4().hex, ids, Sampling(max_tokens=max_tokens, temperature=0)))
+        while not sample.ok:
             output = stream.get(600)
-            if output.new_token_ids and first is None:
-                first = time.perf_counter() - start
-            tokens += len(output.new_token_ids)
-            if output.finished:
-                return first, tokens
-
-    def client(per_client: int, max_tokens: int) -> list[tuple[float, int]]:
-        return [request(10_000 + next(numbers), max_tokens) for _ in range(per_client)]
+            if output.new_token_ids and not sample.ttft:
+                sample.ttft = time.perf_counter() - start
+            sample.tokens += len(output.new_token_ids)
+            sample.ok = output.finished
+        return sample
 
     try:
+        first = 10_000
         for clients in [max(args.clients), *args.clients]:  # the first level warms up
-            start = time.perf_counter()
-            with ThreadPoolExecutor(clients) as pool:
-                done = [r for batch in pool.map(lambda _: client(args.requests_per_client, args.max_tokens),
-                                                range(clients)) for r in batch]
-            wall, firsts = time.perf_counter() - start, [r[0] for r in done if r[0] is not None]
-            print(json.dumps({"clients": clients, "tokens_per_s": round(sum(r[1] for r in done) / wall, 1),
+            samples, wall = drive(request, "", clients, args.requests_per_client, args.max_tokens, first)
+            first += len(samples)
+            firsts = [s.ttft for s in samples if s.ttft]
+            print(json.dumps({"clients": clients, "tokens_per_s": round(sum(s.tokens for s in samples) / wall, 1),
                               "submit_to_first_output": [round(percentile(firsts, q), 3) for q in (50, 90)]}),
                   flush=True)
     finally:
@@ -150,9 +125,8 @@ def main() -> None:
     try:
         stack.wait_ready(600)
         drive(openai_request, stack.url, max(args.clients), 1, 16, first_prompt=10_000)  # warm-up
-        model = served_model(stack.url)
         for clients in args.clients:
-            timings = run_level(stack.url, model, clients, args.requests_per_client, args.max_tokens, first)
+            timings, _ = drive(timed_request, stack.url, clients, args.requests_per_client, args.max_tokens, first)
             first += len(timings)
             cut = [s for s in (segments(client, keys, t) for t in timings) if s is not None]
             ttft = [t["seen"] - t["sent"] for t in timings if t["seen"] is not None]
