@@ -13,6 +13,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from common.prompt_pieces import PieceEncoder
 from common.tools import inline_tools, template_messages
 
 
@@ -34,6 +35,7 @@ class PromptBuilder:
     def __init__(self, model_dir: Path, max_model_len: int):
         model_dir = Path(model_dir)
         self.tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
+        self._pieces = PieceEncoder.for_tokenizer(self.tokenizer)  # a chat's repeated parts, encoded once
         config = json.loads((model_dir / "tokenizer_config.json").read_text())
         template_file = model_dir / "chat_template.jinja"
         template = template_file.read_text() if template_file.exists() else config.get("chat_template")
@@ -67,6 +69,8 @@ class PromptBuilder:
             raise TemplateError(str(exc)) from exc
 
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
+        if self._pieces is not None and not add_special_tokens:
+            return self._pieces.encode(text)
         # the batch form releases the GIL while it computes (the single one does not), so a long
         # prompt does not hold the caller's other threads (common/offload.py)
         return self.tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids

@@ -7,7 +7,8 @@ against the real Redis of `LLMQ_REDIS_URL`, in a namespace of its own that it de
 Each request is a distinct chat prompt with `"cache": false` (a queued job, its ticket, and its
 place in line in the answer). The CPU time is `time.process_time` over the measured requests,
 after a few to warm up; it includes validation, tokenizing and the answer's JSON, as a real
-admission does. `--burst N` also measures `n` choices per request (a burst of N jobs at once).
+admission does. `--system-tokens N` puts the same system prompt of about N tokens before every
+question, as an application's instructions or an agent's tool list come with each request.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from kombu import Producer
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from api import create_app  # noqa: E402
 from api.eta import queue_eta  # noqa: E402
+from bench.harness.prompts import support_question, system_prompt  # noqa: E402
 from common.schemas import JobRequest  # noqa: E402
 from common.settings import get_settings  # noqa: E402
 
@@ -41,23 +43,25 @@ def _count(cls, name: str, counter: str) -> None:
     setattr(cls, name, counted)
 
 
-def body(i: int) -> dict:
-    return {"messages": [{"role": "user", "content": f"Question {uuid.uuid4().hex} number {i}?"}],
-            "max_tokens": 16, "cache": False}
+def body(i: int, system: str | None = None) -> dict:
+    """Request i: a distinct question, under `system` when given."""
+    messages = support_question([system], i) if system else \
+        [{"role": "user", "content": f"Question {uuid.uuid4().hex} number {i}?"}]
+    return {"messages": messages, "max_tokens": 16, "cache": False}
 
 
-def whole_requests(app, count: int) -> dict:
+def whole_requests(app, count: int, system: str | None = None) -> dict:
     client = app.test_client()
 
     def post(i: int) -> None:
-        resp = client.post("/v1/jobs", json=body(i))
+        resp = client.post("/v1/jobs", json=body(i, system))
         assert resp.status_code == 202, resp.get_data(as_text=True)
     return {"what": "POST /v1/jobs, whole", **measure(post, count)}
 
 
-def admissions(app, count: int) -> dict:
+def admissions(app, count: int, system: str | None = None) -> dict:
     svc = app.extensions["llmq"]
-    requests = [JobRequest.model_validate(body(i)) for i in range(count + WARMUP)]
+    requests = [JobRequest.model_validate(body(i, system)) for i in range(count + WARMUP)]
 
     def admit(i: int) -> None:
         status, record, ahead = svc.admission.submit(requests[i], owner=None, priority="normal", place=True)
@@ -82,6 +86,8 @@ def measure(one, count: int) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--system-tokens", type=int, default=0,
+                        help="the same system prompt of about this many tokens before every question")
     args = parser.parse_args()
     settings = get_settings().model_copy(update={
         "namespace": f"llmqbench-{uuid.uuid4().hex[:8]}", "max_queue": 100_000, "model": "embedded",
@@ -89,9 +95,11 @@ def main() -> None:
     _count(redis.connection.AbstractConnection, "send_packed_command", "round_trips")
     _count(Producer, "publish", "publishes")
     app = create_app(settings)
+    system = system_prompt(app.extensions["llmq"].admission.model()[1], args.system_tokens, 0) \
+        if args.system_tokens else None
     try:
-        print(json.dumps(whole_requests(app, args.requests)), flush=True)
-        print(json.dumps(admissions(app, args.requests)), flush=True)
+        print(json.dumps(whole_requests(app, args.requests, system)), flush=True)
+        print(json.dumps(admissions(app, args.requests, system)), flush=True)
     finally:
         r = redis.Redis.from_url(settings.redis_url)
         for key in r.scan_iter(f"{settings.namespace}*", count=1000):
