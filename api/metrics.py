@@ -125,17 +125,11 @@ class ApiMetrics:
         elapsed = time.perf_counter() - g.get("llmq_t0", time.perf_counter())
         self.requests.labels(request.method, endpoint, str(response.status_code)).inc()
         self.latency.labels(endpoint).observe(elapsed)
-        job_id = (request.view_args or {}).get("job_id") or _created_job_id(response)
+        # the job the request names, or the one it created (api/submit.py)
+        job_id = (request.view_args or {}).get("job_id") or g.get("llmq_job_id")
         log.info("%s %s %d %.1fms", request.method, request.path, response.status_code, elapsed * 1000,
                  extra={"method": request.method, "path": request.path, "status": response.status_code,
                         "duration_ms": round(elapsed * 1000, 1), "job_id": job_id})
-
-
-def _created_job_id(response: Response) -> str | None:
-    if request.endpoint != "jobs.create_job" or response.is_streamed or not response.is_json:
-        return None
-    body = response.get_json(silent=True)
-    return body.get("id") if isinstance(body, dict) else None
 
 
 def init_app(app: Flask, svc: Services) -> None:

@@ -2,6 +2,8 @@
 limits), then common/admission.py does the rest. Shared by the jobs API and the OpenAI endpoints."""
 from __future__ import annotations
 
+from flask import g
+
 from api.auth import allowed_priority, current_key
 from api.services import Services
 from common.admission import Admitted
@@ -17,6 +19,8 @@ def submit_job(svc: Services, req: JobRequest, extra: dict | None = None, place:
     priority = allowed_priority(req.priority)
     webhook = svc.admission.webhook_fields(req)
     svc.limits.check_rate(key)
-    return svc.admission.submit(req, owner=key.id if key else None, priority=priority,
-                                weight=key.weight if key else 1.0, webhook=webhook, extra=extra, place=place,
-                                hold=lambda job_id: svc.limits.concurrency_slot(key, job_id))
+    admitted = svc.admission.submit(req, owner=key.id if key else None, priority=priority,
+                                    weight=key.weight if key else 1.0, webhook=webhook, extra=extra, place=place,
+                                    hold=lambda job_id: svc.limits.concurrency_slot(key, job_id))
+    g.setdefault("llmq_job_id", admitted.record["id"])  # the access log names it (api/metrics.py); n choices: the first
+    return admitted

@@ -1,6 +1,8 @@
 """The API's /metrics: Prometheus text that parses, with queue depth, jobs by status, cache
 lookups and request counts read from the real Redis (no worker: jobs stay queued)."""
 
+import logging
+
 from api import create_app
 from tests.support.metrics import parse_metrics, value
 from tests.support.ports import free_port
@@ -47,3 +49,19 @@ def test_metrics_answer_with_redis_down(model_ref):
     assert client.get("/v1/jobs/x").status_code == 503  # and the request was still counted
     assert value(scrape(client), "llmq_http_requests_total", method="GET", endpoint="jobs.get_job",
                  status="503") == 1
+
+
+def test_the_access_log_names_the_job_each_request_created_or_read(api, caplog):
+    client = api
+    model = client.get("/v1/models").get_json()["data"][0]["id"]
+    caplog.set_level(logging.INFO, logger="api.access")
+    queued = client.post("/v1/jobs", json={"messages": CHAT, "temperature": 0.7}).get_json()["id"]
+    with client.post("/v1/jobs", json={"messages": CHAT, "temperature": 0.7, "stream": True}) as response:
+        streamed = response.headers["X-Job-Id"]  # the stream ends here: no worker runs the job
+    with client.post("/v1/chat/completions", json={"model": model, "messages": CHAT, "stream": True}) as response:
+        chat = response.headers["X-LLMQ-Job-Id"]
+    client.get(f"/v1/jobs/{queued}")
+    client.post("/v1/jobs", json={"messages": []})
+    logged = [(r.path, r.status, getattr(r, "job_id", None)) for r in caplog.records]
+    assert logged == [("/v1/jobs", 202, queued), ("/v1/jobs", 200, streamed), ("/v1/chat/completions", 200, chat),
+                      (f"/v1/jobs/{queued}", 200, queued), ("/v1/jobs", 422, None)]
