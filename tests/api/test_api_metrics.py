@@ -3,6 +3,8 @@ lookups and request counts read from the real Redis (no worker: jobs stay queued
 
 import logging
 
+import requests
+
 from api import create_app
 from tests.support.metrics import parse_metrics, value
 from tests.support.ports import free_port
@@ -52,16 +54,18 @@ def test_metrics_answer_with_redis_down(model_ref):
 
 
 def test_the_access_log_names_the_job_each_request_created_or_read(api, caplog):
-    client = api
-    model = client.get("/v1/models").get_json()["data"][0]["id"]
+    base = api.serve()  # streams as a client reads them: headers, then it leaves (no worker runs the jobs)
+    model = requests.get(f"{base}/v1/models", timeout=10).json()["data"][0]["id"]
     caplog.set_level(logging.INFO, logger="api.access")
-    queued = client.post("/v1/jobs", json={"messages": CHAT, "temperature": 0.7}).get_json()["id"]
-    with client.post("/v1/jobs", json={"messages": CHAT, "temperature": 0.7, "stream": True}) as response:
-        streamed = response.headers["X-Job-Id"]  # the stream ends here: no worker runs the job
-    with client.post("/v1/chat/completions", json={"model": model, "messages": CHAT, "stream": True}) as response:
+    queued = requests.post(f"{base}/v1/jobs", json={"messages": CHAT, "temperature": 0.7}, timeout=10).json()["id"]
+    with requests.post(f"{base}/v1/jobs", json={"messages": CHAT, "temperature": 0.7, "stream": True},
+                       stream=True, timeout=10) as response:
+        streamed = response.headers["X-Job-Id"]
+    with requests.post(f"{base}/v1/chat/completions", json={"model": model, "messages": CHAT, "stream": True},
+                       stream=True, timeout=10) as response:
         chat = response.headers["X-LLMQ-Job-Id"]
-    client.get(f"/v1/jobs/{queued}")
-    client.post("/v1/jobs", json={"messages": []})
-    logged = [(r.path, r.status, getattr(r, "job_id", None)) for r in caplog.records]
+    requests.get(f"{base}/v1/jobs/{queued}", timeout=10)
+    requests.post(f"{base}/v1/jobs", json={"messages": []}, timeout=10)
+    logged = [(r.path, r.status, getattr(r, "job_id", None)) for r in caplog.records if r.name == "api.access"]
     assert logged == [("/v1/jobs", 202, queued), ("/v1/jobs", 200, streamed), ("/v1/chat/completions", 200, chat),
                       (f"/v1/jobs/{queued}", 200, queued), ("/v1/jobs", 422, None)]
