@@ -10,13 +10,20 @@ import requests
 T = TypeVar("T")
 
 
-def wait_until(predicate: Callable[[], T], timeout: float = 10, *, interval: float = 0.01,
+FIRST_INTERVAL_S, LONGEST_INTERVAL_S = 0.01, 0.1  # polls without an interval of their own: see wait_until
+
+
+def wait_until(predicate: Callable[[], T], timeout: float = 10, *, interval: float | None = None,
                ignoring: tuple[type[BaseException], ...] = (),
                message: str | Callable[[], str] = "timed out") -> T:
-    """Poll `predicate` every `interval` seconds until it holds, and return what it returned (a
-    record, once it has ended); fail the test after `timeout` seconds with `message` (or what it
-    returns). An exception in `ignoring` (a server still starting) counts as "not yet"."""
+    """Poll `predicate` until it holds, and return what it returned (a record, once it has
+    ended); fail the test after `timeout` seconds with `message` (or what it returns). An
+    exception in `ignoring` (a server still starting) counts as "not yet". Polls come every
+    `interval` seconds, or, without one, every 10 ms at first and then less often, up to every
+    0.1 s: a condition that holds soon is seen at once, and a long wait (a worker starting) does
+    not spend a core on requests that take it from the very processes being waited for."""
     deadline = time.monotonic() + timeout
+    pause = FIRST_INTERVAL_S if interval is None else interval
     while True:
         try:
             if value := predicate():
@@ -25,7 +32,9 @@ def wait_until(predicate: Callable[[], T], timeout: float = 10, *, interval: flo
             pass
         if time.monotonic() >= deadline:
             raise AssertionError(message() if callable(message) else message)
-        time.sleep(interval)
+        time.sleep(pause)
+        if interval is None:
+            pause = min(pause * 1.5, LONGEST_INTERVAL_S)
 
 
 def wait_for_job(base_url: str, job_id: str, timeout: float = 120) -> dict:
