@@ -71,10 +71,8 @@ def hold(settings: Settings, jobs: int, max_tokens: int, log_path: Path, timeout
             running = sum(r["status"] == "running" for r in records)
             if running and started is None:
                 started, start_cpu = time.monotonic(), footprint(proc.pid, redis_port)
-            if started is not None:
-                now = footprint(proc.pid, redis_port)
-                if running >= peak.get("held", 0):
-                    peak = {**now, "held": running}
+            if started is not None and running >= peak.get("held", 0):  # read only at the peak: it scans /proc
+                peak = {**footprint(proc.pid, redis_port), "held": running}
             if all(r["status"] not in ("queued", "running") for r in records):
                 break
             time.sleep(0.2)
