@@ -21,7 +21,6 @@ from common.errors import ApiError
 from common.eta import WorkerLoad, retry_after
 from common.models import ModelRef, ModelUnavailable
 from common.new_jobs import Created, NewJob
-from common.offload import off_the_loop
 from common.scheduling.prefix_affinity import prefix_blocks
 from common.prompting import PromptBuilder, TemplateError
 from common.schemas import JobRequest, JobStatus
@@ -135,7 +134,7 @@ class Admission:
         calling = req.tool_calling()
         tools = [t.model_dump(exclude_none=True) for t in req.tools] if calling else None
         try:
-            _, prompt_ids = off_the_loop(builder.build, messages, req.prompt, tools)
+            _, prompt_ids = builder.build(messages, req.prompt, tools)  # long text is encoded off the loop
         except TemplateError as exc:
             raise ApiError(422, "validation_error", f"messages: {exc}")
         sampling = _sampling_within_context(req, len(prompt_ids), builder.context_length, settings)

@@ -22,6 +22,8 @@ from array import array
 
 from tokenizers import Tokenizer
 
+from common.offload import encode_batch
+
 MAX_CHARS = 2_000_000  # text remembered per model, the most recently used pieces (a few MB with their ids)
 
 
@@ -59,8 +61,7 @@ class PieceEncoder:
             known = {piece: self._remembered(piece) for piece in parts[::2] if piece}
         new = [piece for piece, ids in known.items() if ids is None]
         if new:
-            # the batch form releases the GIL while it computes (see common/offload.py)
-            for piece, encoding in zip(new, self.tokenizer.encode_batch(new, add_special_tokens=False)):
+            for piece, encoding in zip(new, encode_batch(self.tokenizer, new, add_special_tokens=False)):
                 known[piece] = encoding.ids
             with self._lock:
                 for piece in new:

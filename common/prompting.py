@@ -13,6 +13,7 @@ import jinja2
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer
 
+from common.offload import encode_batch
 from common.prompt_pieces import PieceEncoder
 from common.tools import inline_tools, template_messages
 
@@ -71,9 +72,7 @@ class PromptBuilder:
     def encode(self, text: str, add_special_tokens: bool) -> list[int]:
         if self._pieces is not None and not add_special_tokens:
             return self._pieces.encode(text)
-        # the batch form releases the GIL while it computes (the single one does not), so a long
-        # prompt does not hold the caller's other threads (common/offload.py)
-        return self.tokenizer.encode_batch([text], add_special_tokens=add_special_tokens)[0].ids
+        return encode_batch(self.tokenizer, [text], add_special_tokens)[0].ids
 
     def build(self, messages: list[dict] | None, prompt: str | None,
               tools: list[dict] | None = None) -> tuple[str, list[int]]:
