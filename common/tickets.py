@@ -46,8 +46,10 @@ class Tickets:
         options = task_options(self.settings, job_id, model)
         task_id = uuid.uuid4().hex if spare else options["task_id"]
         args = [job_id, model]
+        # the process's id, not `send_task`'s per-thread one: under gevent every request is a thread
+        # of its own, and a ticket's result is never replied to
         headers, properties, body, _ = self.celery.amqp.as_task_v2(
-            task_id, TASK_TICKET, args=args, kwargs={}, reply_to=self.celery.thread_oid, ignore_result=None,
+            task_id, TASK_TICKET, args=args, kwargs={}, reply_to=self.celery.oid, ignore_result=None,
             argsrepr=options.get("argsrepr", repr(args)), kwargsrepr=options.get("kwargsrepr", "{}"))
         properties.update(delivery_mode=2, priority=0, body_encoding="base64", delivery_tag=str(uuid.uuid4()),
                           delivery_info={"exchange": "", "routing_key": queue})
