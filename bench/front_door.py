@@ -322,6 +322,7 @@ async def burst_level(url: str, model: str, count: int, hold_s: float, tag: str)
             **{f"headers_p{q}": round(percentile(headers, q) or 0, 3) for q in (50, 95, 99)},
             "headers_max": round(max(headers, default=0), 3),
             "heard_place": sum(c.first_place_s is not None for c in clients),
+            "places_heard": sum(c.places for c in clients),
             "completed": sum(c.completed for c in clients),
             "all_ended_s": round(max((c.ended_s or 0 for c in clients), default=0), 2)}
 

@@ -20,6 +20,7 @@ class Client:
     index: int
     headers_s: float | None = None
     first_place_s: float | None = None
+    places: int = 0  # `: queued` comments heard (each one is a write the server made)
     first_token_s: float | None = None  # the first data line after the role chunk
     ended_s: float | None = None  # when it stopped reading, whatever the reason
     status: int | None = None
@@ -65,6 +66,7 @@ async def read_stream(resp: aiohttp.ClientResponse, client: Client, t0: float) -
     async for raw in resp.content:
         line = raw.decode("utf-8", "replace").rstrip("\r\n")
         if line.startswith(": queued"):
+            client.places += 1
             if client.first_place_s is None:
                 client.first_place_s = time.monotonic() - t0
         elif line.startswith("data:"):
