@@ -6,10 +6,9 @@ open stream of the process for as long. Work that releases the GIL while it comp
 tokenizer's batch encode) runs in gevent's pool of native threads instead, and the streams go on;
 under threads (another server, the tests' in-process one) it simply runs in the caller's thread.
 
-Small work stays in the caller: handing it to a thread and back costs more than doing it. Under a
-burst of requests the hand-off is what hurts most, since each of them waits for a pool thread and
-then for the GIL; tokenizing a short chat message in place instead gave a burst of 1,000 streaming
-clients their headers about a fifth sooner at p95 (docs/front-door.md).
+Small work stays in the caller: handing it to a thread and back costs more than doing it, most of
+all under a burst of requests, when each of them waits for a pool thread and then for the GIL
+(docs/front-door.md has the measurement).
 """
 from __future__ import annotations
 
