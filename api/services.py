@@ -18,9 +18,12 @@ from common.stores import Stores
 
 class Services(Stores):
     def __init__(self, settings: Settings):
-        # Under gevent thousands of requests share the process: past 512 connections a caller waits
-        # for one (a few seconds at most, then 503) rather than opening a socket each.
-        super().__init__(settings, wait_for_connection_s=5, max_connections=512)
+        # Under gevent thousands of requests share the process, yet it runs one at a time and Redis
+        # answers one command at a time, so a few dozen sockets keep both busy; a caller past them
+        # waits for one (a few seconds at most, then 503) rather than opening a socket each. More
+        # sockets made a burst slower, not faster: each is opened and set up on first use and
+        # health-checked after it idles (docs/front-door.md has the measurement).
+        super().__init__(settings, wait_for_connection_s=5, max_connections=32)
         self.admission = Admission(self)
         self.limits = RateLimiter(self.redis, self.keys, settings)
         self.wakeups = JobWakeups(self.redis, self.keys)
