@@ -11,7 +11,7 @@ from api.eta import queue_eta
 from api.services import services
 from api.sse import job_event_stream, sse_response, stream_id
 from api.logprob_engines import check_logprobs
-from api.submit import submit_job
+from api.submit import submit_followed, submit_job
 from api.views import job_view
 from common.job_record import is_overdue
 from common.jobs import CancelOutcome
@@ -50,8 +50,8 @@ def create_job():
     check_logprobs(services(), req)
     if req.stream:  # answer with the job's event stream right away (same events as .../events)
         with services().streams.acquire(current_key()).guard() as slot:
-            record = submit_job(services(), req).record
-            response = sse_response(job_event_stream(services(), record["id"], None), slot)
+            record, woken = submit_followed(services(), req, slot)
+            response = sse_response(job_event_stream(services(), record["id"], None, woken=woken), slot)
         response.headers["X-Job-Id"] = record["id"]
     else:
         status, record, ahead = submit_job(services(), req, place=True)

@@ -28,7 +28,8 @@ from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
 from api.sse import streaming_response
 from api.stream_limits import StreamSlot
-from api.submit import submit_job
+from api.submit import submit_followed
+from api.wakeups import JobWatcher
 from common.schemas import JobStatus
 
 bp = Blueprint("openai", __name__, url_prefix="/v1")
@@ -65,11 +66,11 @@ def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest)
         return complete_choices(surface, body)
     svc = services()
     with svc.streams.acquire(current_key()).guard() as slot:
-        record = submit_job(svc, body.job_request()).record
+        record, woken = submit_followed(svc, body.job_request(), slot)
         if body.stream:
-            return _stream_response(svc, surface, record, body.include_usage, slot)
+            return _stream_response(svc, surface, record, body.include_usage, slot, woken)
     try:
-        record = wait_for_end(svc, record)
+        record = wait_for_end(svc, record, woken=woken)
     finally:
         slot.release()
     if record["status"] != JobStatus.SUCCEEDED:
@@ -80,12 +81,13 @@ def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest)
 
 
 def _stream_response(svc: Services, surface: Surface, record: dict, include_usage: bool,
-                     slot: StreamSlot) -> Response:
-    return streaming_response(_openai_chunks(svc, surface, record, include_usage), slot,
+                     slot: StreamSlot, woken: JobWatcher) -> Response:
+    return streaming_response(_openai_chunks(svc, surface, record, include_usage, woken), slot,
                               {"Connection": "keep-alive", "X-LLMQ-Job-Id": record["id"]})
 
 
-def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage: bool) -> Iterator[str]:
+def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage: bool,
+                   woken: JobWatcher) -> Iterator[str]:
     """The job's events as OpenAI chunks; while it waits in the queue, its place as an SSE
     comment (`: queued {"queue_position": 3, ...}`), which OpenAI clients skip. Leaving before
     the end (the client disconnected: Flask closes this generator) cancels the job when
@@ -98,7 +100,7 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
     try:
         # the first bytes go out at once, so the client knows its stream is open however long it waits
         yield sse_data(chunks.role()) if surface.chat else ": open\n\n"
-        with contextlib.closing(log_events(svc, record["id"])) as events:
+        with contextlib.closing(log_events(svc, record["id"], woken=woken)) as events:
             for event, data in events:
                 if event == "comment":
                     yield data

@@ -23,7 +23,8 @@ from api.responses_stream import ResponseStream, job_id_of, response_object
 from api.services import Services, services
 from api.sse import streaming_response
 from api.stream_limits import StreamSlot
-from api.submit import submit_job
+from api.submit import submit_followed, submit_job
+from api.wakeups import JobWatcher
 from common.errors import ApiError
 from common.responses_models import DeletedResponse, InputItemList
 from common.responses_request import ResponseCreate, ResponseRecord, items_as_messages
@@ -47,11 +48,11 @@ def create_response():
         record = submit_job(svc, job, extra).record
         return _json(response_object(record))
     with svc.streams.acquire(current_key()).guard() as slot:
-        record = submit_job(svc, job, extra).record
+        record, woken = submit_followed(svc, job, slot, extra)
         if body.stream:
-            return _event_response(svc, record, -1, slot, cancel_on_leave=not body.background)
+            return _event_response(svc, record, -1, slot, cancel_on_leave=not body.background, woken=woken)
     try:
-        record = wait_for_end(svc, record)
+        record = wait_for_end(svc, record, woken=woken)
     finally:
         slot.release()
     if record["status"] in (JobStatus.FAILED, JobStatus.EXPIRED):
@@ -158,12 +159,13 @@ def _limit(raw: str) -> int:
 
 
 def _event_response(svc: Services, record: dict, starting_after: int, slot: StreamSlot,
-                    cancel_on_leave: bool) -> Response:
-    return streaming_response(_events(svc, record, starting_after, cancel_on_leave), slot,
+                    cancel_on_leave: bool, woken: JobWatcher | None = None) -> Response:
+    return streaming_response(_events(svc, record, starting_after, cancel_on_leave, woken), slot,
                               {"Connection": "keep-alive", "X-LLMQ-Job-Id": record["id"]})
 
 
-def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: bool) -> Iterator[str]:
+def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: bool,
+            woken: JobWatcher | None = None) -> Iterator[str]:
     """The response's events after `starting_after`, numbered from the whole log (see
     api/responses_stream.py); its place in line as comments while it waits."""
     stream = ResponseStream(record)
@@ -177,7 +179,7 @@ def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: b
     try:
         yield from send(stream.opening())
         yield ": open\n\n"  # the first bytes go out at once, even on a resume past everything so far
-        with contextlib.closing(log_events(svc, record["id"], every_attempt=True)) as log:
+        with contextlib.closing(log_events(svc, record["id"], every_attempt=True, woken=woken)) as log:
             for event, data in log:
                 if event == "comment":
                     yield data

@@ -46,15 +46,16 @@ def format_event(event_id: str | None, event: str, data: dict) -> str:
     return f"{head}event: {event}\ndata: {json.dumps(data)}\n\n"
 
 
-def job_event_stream(svc: Services, job_id: str, last_event_id: str | None,
-                     places: bool = True, every_attempt: bool = False) -> Iterator[tuple[str | None, str, dict]]:
+def job_event_stream(svc: Services, job_id: str, last_event_id: str | None, places: bool = True,
+                     every_attempt: bool = False, woken: JobWatcher | None = None) -> Iterator[tuple[str | None, str, dict]]:
     """(id, event, data) of the job's log from after `last_event_id` until `done`; (None,
     'heartbeat', {}) while idle; with `places`, (None, 'queued', place) while it waits. Yields a
     `done` built from the record if the log lacks one. With `every_attempt`, the chunks of an
-    attempt a `restart` abandoned are kept too, so every reader sees the log alike."""
+    attempt a `restart` abandoned are kept too, so every reader sees the log alike. `woken`: a
+    watch on the job the caller holds already (api/submit.py, `submit_followed`)."""
     last = last_event_id or "0"
     try:
-        with svc.wakeups.watch(job_id) as woken, \
+        with (contextlib.nullcontext(woken) if woken else svc.wakeups.watch(job_id)) as woken, \
                 (svc.places.watch(job_id, woken) if places else contextlib.nullcontext()):
             yield from _events_until_done(svc, job_id, last, woken, every_attempt)
     except redis.RedisError as exc:

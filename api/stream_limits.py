@@ -18,8 +18,8 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TypeVar
+from contextlib import ExitStack, contextmanager
+from typing import ContextManager, TypeVar
 
 import redis
 
@@ -34,12 +34,19 @@ RETRY_AFTER_S = 5
 T = TypeVar("T")
 
 class StreamSlot:
-    """One open stream's place under the bounds; `release` (idempotent) gives it back."""
+    """One open stream's place under the bounds, and what else the stream holds until it ends
+    (`hold`); `release` (idempotent) gives it all back."""
 
     def __init__(self, limits: "StreamLimits", lease_key: str | None, token: str):
         self._limits, self._lease_key, self._token = limits, lease_key, token
         self._renewed_at = time.monotonic()
         self._released = False
+        self._held = ExitStack()
+
+    def hold(self, context: ContextManager[T]) -> T:
+        """Enter `context` now and leave it when the slot is released (the stream's response
+        closes, or the request fails before it opens)."""
+        return self._held.enter_context(context)
 
     def held(self, events: Iterator[T]) -> Iterator[T]:
         """`events`, renewing the key's lease as they pass (a relay yields at least a
@@ -62,7 +69,10 @@ class StreamSlot:
     def release(self) -> None:
         if not self._released:
             self._released = True
-            self._limits.release(self._lease_key, self._token)
+            try:
+                self._held.close()
+            finally:
+                self._limits.release(self._lease_key, self._token)
 
 
 class StreamLimits:

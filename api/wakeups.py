@@ -43,11 +43,11 @@ class JobWatcher(threading.Event):
     in between goes unnoticed. While the job waits in the queue it is also set with the job's place
     in line (`tell_place`)."""
 
-    def __init__(self, max_heard: int):
+    def __init__(self, max_heard: int, read_log: bool = True):
         super().__init__()
         self._lock = threading.Lock()
         self._heard: collections.deque[Announcement] = collections.deque(maxlen=max_heard)
-        self._read_log = True  # what was logged before it watched was not heard
+        self._read_log = read_log  # what was logged before it watched was not heard
         self._place: dict | None = None
 
     def tell_place(self, place: dict) -> None:
@@ -92,9 +92,12 @@ class JobWakeups:
         self._listening = False
 
     @contextmanager
-    def watch(self, job_id: str) -> Iterator[JobWatcher]:
-        """What is heard of the job's log until the block ends (see `JobWatcher`)."""
-        woken = JobWatcher(self._max_heard)
+    def watch(self, job_id: str, before_created: bool = False) -> Iterator[JobWatcher]:
+        """What is heard of the job's log until the block ends (see `JobWatcher`). A watch that
+        begins `before_created` (the job does not exist yet) hears every entry its log will hold,
+        so its relay need not read the log first; while the listener is not subscribed, its
+        subscribing wakes every relay to read, as it does for the others."""
+        woken = JobWatcher(self._max_heard, read_log=not before_created)
         with self._lock:
             self._watchers.setdefault(job_id, set()).add(woken)
             if not self._listening:

@@ -90,13 +90,17 @@ class Admission:
 
     def submit(self, req: JobRequest, *, owner: str | None, priority: str, weight: float = 1.0,
                webhook: dict | None = None, extra: dict | None = None, place: bool = False,
-               hold: Callable[[str], ContextManager] = lambda job_id: contextlib.nullcontext()) -> Admitted:
+               hold: Callable[[str], ContextManager] = lambda job_id: contextlib.nullcontext(),
+               job_id: str | None = None) -> Admitted:
         """200 and the job record for a cache hit, 202 and the record for a queued job (with
         `place`, the jobs ahead of it as it was queued). `webhook` comes from `webhook_fields`;
         `extra`, more fields for the record (a response's own: common/responses_request.py);
         `hold(job_id)` is held while the job is created with its ticket (the API's per-key
-        concurrency slot). A new job, its ticket and its place are one round trip to Redis."""
+        concurrency slot). `job_id`: the new job's id, where the caller needs it before the job
+        exists (a random one otherwise). A new job, its ticket and its place are one round trip to
+        Redis."""
         fields, digest = self.prepare(req, owner, priority)
+        fields["id"] = job_id or fields["id"]
         fields.update(webhook or {})
         fields.update(extra or {})
         answered = self._answer_from_cache(fields, digest)

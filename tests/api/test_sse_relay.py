@@ -5,6 +5,7 @@ written by the same Lua script a worker uses."""
 import json
 import threading
 import time
+import uuid
 
 import pytest
 import redis
@@ -27,8 +28,8 @@ def svc(settings):
     return Services(settings)
 
 
-def running_job(svc) -> str:
-    job = queue_job(svc.jobs)
+def running_job(svc, job_id=None) -> str:
+    job = queue_job(svc.jobs, job_id=job_id)
     assert svc.jobs.claim(job, "w1", max_attempts=2) == ("start", 1)
     return job
 
@@ -136,6 +137,58 @@ def test_a_relay_that_fell_behind_reads_the_gap_from_the_log_and_loses_nothing(s
     assert relay.events == svc.token_log.read_events(job)
     assert "".join(data["text"] for _, event, data in relay.events if event == "chunk") == "a b c d e f g h i j "
     assert len(reads) > before  # the entries the listener dropped were read from the log
+
+
+def relay_until_done(stream, first=(), timeout=10):
+    """The relay's events until `done`, or as far as they got in `timeout` seconds (it sends a
+    heartbeat at least every second here, so the time is checked)."""
+    events, deadline = list(first), time.monotonic() + timeout
+    for event in stream:
+        events.append(event)
+        if event[1] == "done" or time.monotonic() > deadline:
+            return events
+
+
+def test_a_relay_that_watched_before_its_job_existed_does_not_read_its_empty_log(svc):
+    """As a request that queues a job and follows it does (api/submit.py, `submit_followed`)."""
+    svc.settings.sse_heartbeat_s = 0.1  # the relay's first pass ends at once, in a heartbeat
+    job = uuid.uuid4().hex
+    with svc.wakeups.watch("another job"):  # the listener is up and subscribed before the job exists
+        wait_until_subscribed(svc)
+        reads = count_log_reads(svc)
+        with svc.wakeups.watch(job, before_created=True) as woken:
+            running_job(svc, job)
+            stream = job_event_stream(svc, job, None, places=False, woken=woken)
+            first = next(stream)  # its first pass, on the empty log
+            write_chunks(svc, job, ["a ", "b "])
+            finish(svc, job)
+            events = relay_until_done(stream, [first])
+    assert len(reads) == 1, reads  # for `done`, announced without its content
+    assert [e for e in events if e[1] != "heartbeat"] == svc.token_log.read_events(job)
+
+
+def test_a_relay_that_watched_before_its_job_existed_loses_nothing_logged_before_the_listener_subscribed(
+        svc, monkeypatch):
+    """The listener starts with the first watch; what is logged before it has subscribed is not
+    heard, and its subscribing makes every relay read the log."""
+    subscribe, pubsub = threading.Event(), svc.redis.pubsub
+
+    def late_pubsub():
+        listener = pubsub()
+        psubscribe = listener.psubscribe
+        listener.psubscribe = lambda *args: subscribe.wait(10) and psubscribe(*args)
+        return listener
+    monkeypatch.setattr(svc.redis, "pubsub", late_pubsub)
+    job = uuid.uuid4().hex
+    with svc.wakeups.watch(job, before_created=True) as woken:
+        running_job(svc, job)
+        write_chunks(svc, job, ["a ", "b ", "c "])
+        finish(svc, job)
+        stream = job_event_stream(svc, job, None, places=False, woken=woken)
+        first = next(stream)  # nothing heard yet, so nothing read: a heartbeat
+        subscribe.set()
+        events = relay_until_done(stream, [first])
+    assert [e for e in events if e[1] != "heartbeat"] == svc.token_log.read_events(job)
 
 
 def test_chunks_before_the_relay_followed_and_after_last_event_id_come_from_the_log(svc):

@@ -30,9 +30,9 @@ class SlowRunner(ScriptedRunner):
         return super().decode(last_tokens)
 
 
-def queue_job(store, max_tokens=64, top_logprobs=None, **fields) -> str:
+def queue_job(store, max_tokens=64, top_logprobs=None, job_id=None, **fields) -> str:
     """A queued job (`top_logprobs`: it asks for logprobs with that many alternatives)."""
-    job_id = uuid.uuid4().hex
+    job_id = job_id or uuid.uuid4().hex
     sampling = {"max_tokens": max_tokens, "temperature": 0.0, "top_p": 1.0, "top_k": 0, "seed": None,
                 "stop": []}
     if top_logprobs is not None:
