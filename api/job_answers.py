@@ -18,7 +18,7 @@ from werkzeug.exceptions import HTTPException
 
 from api.services import Services
 from api.sse import job_event_stream
-from api.wakeups import JobWatcher
+from api.submit import Followed
 from common.errors import ApiError, describe_validation
 from common.openai_format import error_body, sse_data
 from common.schemas import JobStatus
@@ -28,13 +28,13 @@ _PARAM_BY_CODE = {"model_not_found": "model"}  # llmq errors that are about one 
 
 
 def wait_for_end(svc: Services, record: dict, timeout: float | None = None,
-                 woken: JobWatcher | None = None) -> dict:
-    """The job's record once it has ended (or as it is after `timeout` seconds); `woken`, a
-    watch on its log the caller holds (`job_event_stream`)."""
+                 followed: Followed | None = None) -> dict:
+    """The job's record once it has ended (or as it is after `timeout` seconds); `followed`: as
+    in `job_event_stream`."""
     if JobStatus(record["status"]).terminal:
         return record
     deadline = None if timeout is None else time.monotonic() + timeout
-    with contextlib.closing(job_event_stream(svc, record["id"], None, places=False, woken=woken)) as events:
+    with contextlib.closing(job_event_stream(svc, record["id"], None, places=False, followed=followed)) as events:
         for _, event, _ in events:
             if event == "done" or (deadline is not None and time.monotonic() > deadline):
                 break
@@ -42,11 +42,12 @@ def wait_for_end(svc: Services, record: dict, timeout: float | None = None,
 
 
 def log_events(svc: Services, job_id: str, every_attempt: bool = False,
-               woken: JobWatcher | None = None) -> Iterator[tuple[str, dict | str]]:
+               followed: Followed | None = None) -> Iterator[tuple[str, dict | str]]:
     """The job's log for an OpenAI stream, from its start: (event, data), where a heartbeat or
     the job's place in line while it waits is ("comment", an SSE comment), which clients skip.
-    `woken`: as in `job_event_stream`."""
-    with contextlib.closing(job_event_stream(svc, job_id, None, every_attempt=every_attempt, woken=woken)) as events:
+    `followed`: as in `job_event_stream`."""
+    with contextlib.closing(job_event_stream(svc, job_id, None, every_attempt=every_attempt,
+                                             followed=followed)) as events:
         for _, event, data in events:
             if event == "heartbeat":
                 yield "comment", ": keep-alive\n\n"

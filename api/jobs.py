@@ -50,8 +50,9 @@ def create_job():
     check_logprobs(services(), req)
     if req.stream:  # answer with the job's event stream right away (same events as .../events)
         with services().streams.acquire(current_key()).guard() as slot:
-            record, woken = submit_followed(services(), req, slot)
-            response = sse_response(job_event_stream(services(), record["id"], None, woken=woken), slot)
+            followed = submit_followed(services(), req, slot)
+            record = followed.record
+            response = sse_response(job_event_stream(services(), record["id"], None, followed=followed), slot)
         response.headers["X-Job-Id"] = record["id"]
     else:
         status, record, ahead = submit_job(services(), req, place=True)

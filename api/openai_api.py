@@ -28,8 +28,7 @@ from common.openai_schemas import ChatCompletionRequest, CompletionRequest
 from api.services import Services, services
 from api.sse import streaming_response
 from api.stream_limits import StreamSlot
-from api.submit import submit_followed
-from api.wakeups import JobWatcher
+from api.submit import Followed, submit_followed
 from common.schemas import JobStatus
 
 bp = Blueprint("openai", __name__, url_prefix="/v1")
@@ -66,11 +65,11 @@ def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest)
         return complete_choices(surface, body)
     svc = services()
     with svc.streams.acquire(current_key()).guard() as slot:
-        record, woken = submit_followed(svc, body.job_request(), slot)
+        followed = submit_followed(svc, body.job_request(), slot)
         if body.stream:
-            return _stream_response(svc, surface, record, body.include_usage, slot, woken)
+            return _stream_response(svc, surface, followed, body.include_usage, slot)
     try:
-        record = wait_for_end(svc, record, woken=woken)
+        record = wait_for_end(svc, followed.record, followed=followed)
     finally:
         slot.release()
     if record["status"] != JobStatus.SUCCEEDED:
@@ -80,19 +79,19 @@ def _complete(surface: Surface, body: ChatCompletionRequest | CompletionRequest)
     return response
 
 
-def _stream_response(svc: Services, surface: Surface, record: dict, include_usage: bool,
-                     slot: StreamSlot, woken: JobWatcher) -> Response:
-    return streaming_response(_openai_chunks(svc, surface, record, include_usage, woken), slot,
-                              {"Connection": "keep-alive", "X-LLMQ-Job-Id": record["id"]})
+def _stream_response(svc: Services, surface: Surface, followed: Followed, include_usage: bool,
+                     slot: StreamSlot) -> Response:
+    return streaming_response(_openai_chunks(svc, surface, followed, include_usage), slot,
+                              {"Connection": "keep-alive", "X-LLMQ-Job-Id": followed.record["id"]})
 
 
-def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage: bool,
-                   woken: JobWatcher) -> Iterator[str]:
+def _openai_chunks(svc: Services, surface: Surface, followed: Followed, include_usage: bool) -> Iterator[str]:
     """The job's events as OpenAI chunks; while it waits in the queue, its place as an SSE
     comment (`: queued {"queue_position": 3, ...}`), which OpenAI clients skip. Leaving before
     the end (the client disconnected: Flask closes this generator) cancels the job when
     `cancel_on_disconnect` is set. A job that had to start over after its worker was lost goes on
     unseen where it can (common/attempts.py), else ends with a `worker_lost` error chunk."""
+    record = followed.record
     chunks = surface.stream(record, include_usage)
     calling = tool_calling(record) if surface.chat else None
     calls = ToolCallStream(record["id"], calling) if calling else None
@@ -100,7 +99,7 @@ def _openai_chunks(svc: Services, surface: Surface, record: dict, include_usage:
     try:
         # the first bytes go out at once, so the client knows its stream is open however long it waits
         yield sse_data(chunks.role()) if surface.chat else ": open\n\n"
-        with contextlib.closing(log_events(svc, record["id"], woken=woken)) as events:
+        with contextlib.closing(log_events(svc, record["id"], followed=followed)) as events:
             for event, data in events:
                 if event == "comment":
                     yield data

@@ -56,9 +56,13 @@ class QueuePlaces:
         self._running = False
 
     @contextmanager
-    def watch(self, job_id: str, watcher: JobWatcher) -> Iterator[None]:
-        """Tell `watcher` the job's place while it is queued, until the block ends."""
+    def watch(self, job_id: str, watcher: JobWatcher, record: dict | None = None) -> Iterator[None]:
+        """Tell `watcher` the job's place while it is queued, until the block ends. `record`: the
+        job's record as the caller has it from creating the job, so that it is not read back (a
+        burst of new streams would read a thousand)."""
         waiting = _Waiting(job_id, watcher)
+        if record is not None and not record.get("coalesced_into"):  # else where it rides is read
+            waiting.where, waiting.max_tokens = _queued(record), max_tokens_of(record)
         with self._lock:
             self._waiting.add(waiting)
             if not self._running:
@@ -137,6 +141,10 @@ class QueuePlaces:
                 w.where = {}
                 continue
             where = by_id.get(record["coalesced_into"]) if record.get("coalesced_into") else record
-            queued = where is not None and where.get("status") == JobStatus.QUEUED
-            w.where = where if queued else {}
+            w.where = _queued(where)
             w.max_tokens = max_tokens_of(record)
+
+
+def _queued(record: dict | None) -> dict:
+    """Where a job waits: its record while it is queued, else {} (it is never placed)."""
+    return record if record is not None and record.get("status") == JobStatus.QUEUED else {}

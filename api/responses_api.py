@@ -23,8 +23,7 @@ from api.responses_stream import ResponseStream, job_id_of, response_object
 from api.services import Services, services
 from api.sse import streaming_response
 from api.stream_limits import StreamSlot
-from api.submit import submit_followed, submit_job
-from api.wakeups import JobWatcher
+from api.submit import Followed, submit_followed, submit_job
 from common.errors import ApiError
 from common.responses_models import DeletedResponse, InputItemList
 from common.responses_request import ResponseCreate, ResponseRecord, items_as_messages
@@ -48,11 +47,12 @@ def create_response():
         record = submit_job(svc, job, extra).record
         return _json(response_object(record))
     with svc.streams.acquire(current_key()).guard() as slot:
-        record, woken = submit_followed(svc, job, slot, extra)
+        followed = submit_followed(svc, job, slot, extra)
+        record = followed.record
         if body.stream:
-            return _event_response(svc, record, -1, slot, cancel_on_leave=not body.background, woken=woken)
+            return _event_response(svc, record, -1, slot, cancel_on_leave=not body.background, followed=followed)
     try:
-        record = wait_for_end(svc, record, woken=woken)
+        record = wait_for_end(svc, record, followed=followed)
     finally:
         slot.release()
     if record["status"] in (JobStatus.FAILED, JobStatus.EXPIRED):
@@ -159,13 +159,13 @@ def _limit(raw: str) -> int:
 
 
 def _event_response(svc: Services, record: dict, starting_after: int, slot: StreamSlot,
-                    cancel_on_leave: bool, woken: JobWatcher | None = None) -> Response:
-    return streaming_response(_events(svc, record, starting_after, cancel_on_leave, woken), slot,
+                    cancel_on_leave: bool, followed: Followed | None = None) -> Response:
+    return streaming_response(_events(svc, record, starting_after, cancel_on_leave, followed), slot,
                               {"Connection": "keep-alive", "X-LLMQ-Job-Id": record["id"]})
 
 
 def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: bool,
-            woken: JobWatcher | None = None) -> Iterator[str]:
+            followed: Followed | None = None) -> Iterator[str]:
     """The response's events after `starting_after`, numbered from the whole log (see
     api/responses_stream.py); its place in line as comments while it waits."""
     stream = ResponseStream(record)
@@ -179,7 +179,7 @@ def _events(svc: Services, record: dict, starting_after: int, cancel_on_leave: b
     try:
         yield from send(stream.opening())
         yield ": open\n\n"  # the first bytes go out at once, even on a resume past everything so far
-        with contextlib.closing(log_events(svc, record["id"], every_attempt=True, woken=woken)) as log:
+        with contextlib.closing(log_events(svc, record["id"], every_attempt=True, followed=followed)) as log:
             for event, data in log:
                 if event == "comment":
                     yield data

@@ -26,6 +26,7 @@ import json
 import logging
 import re
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 import redis
 from flask import Response, stream_with_context
@@ -33,6 +34,9 @@ from flask import Response, stream_with_context
 from api.services import Services
 from api.stream_limits import StreamSlot
 from api.wakeups import JobWatcher
+
+if TYPE_CHECKING:
+    from api.submit import Followed
 from common.job_record import is_overdue
 from common.schemas import JobStatus
 from common.token_log import done_payload
@@ -47,16 +51,16 @@ def format_event(event_id: str | None, event: str, data: dict) -> str:
 
 
 def job_event_stream(svc: Services, job_id: str, last_event_id: str | None, places: bool = True,
-                     every_attempt: bool = False, woken: JobWatcher | None = None) -> Iterator[tuple[str | None, str, dict]]:
+                     every_attempt: bool = False, followed: Followed | None = None) -> Iterator[tuple[str | None, str, dict]]:
     """(id, event, data) of the job's log from after `last_event_id` until `done`; (None,
     'heartbeat', {}) while idle; with `places`, (None, 'queued', place) while it waits. Yields a
     `done` built from the record if the log lacks one. With `every_attempt`, the chunks of an
-    attempt a `restart` abandoned are kept too, so every reader sees the log alike. `woken`: a
-    watch on the job the caller holds already (api/submit.py, `submit_followed`)."""
+    attempt a `restart` abandoned are kept too, so every reader sees the log alike. `followed`:
+    the job as the caller created it, with its watch (api/submit.py, `submit_followed`)."""
     last = last_event_id or "0"
     try:
-        with (contextlib.nullcontext(woken) if woken else svc.wakeups.watch(job_id)) as woken, \
-                (svc.places.watch(job_id, woken) if places else contextlib.nullcontext()):
+        with (contextlib.nullcontext(followed.woken) if followed else svc.wakeups.watch(job_id)) as woken, \
+                (svc.places.watch(job_id, woken, followed and followed.record) if places else contextlib.nullcontext()):
             yield from _events_until_done(svc, job_id, last, woken, every_attempt)
     except redis.RedisError as exc:
         log.warning("SSE relay for job %s ends: Redis unavailable (%s)", job_id, exc)

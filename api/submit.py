@@ -3,6 +3,7 @@ limits), then common/admission.py does the rest. Shared by the jobs API and the 
 from __future__ import annotations
 
 import uuid
+from typing import NamedTuple
 
 from flask import g
 
@@ -31,17 +32,23 @@ def submit_job(svc: Services, req: JobRequest, extra: dict | None = None, place:
     return admitted
 
 
-def submit_followed(svc: Services, req: JobRequest, slot: StreamSlot,
-                    extra: dict | None = None) -> tuple[dict, JobWatcher]:
+class Followed(NamedTuple):
+    """A job a request has just created and follows to its end (`submit_followed`): its record as
+    created, and the watch on its log."""
+    record: dict
+    woken: JobWatcher
+
+
+def submit_followed(svc: Services, req: JobRequest, slot: StreamSlot, extra: dict | None = None) -> Followed:
     """`submit_job` for a request that follows its job from the start (a stream, or a wait for
-    the whole answer): the job's record, and a watch on its log that began before the job existed
-    and lasts as long as `slot`. Such a watch hears every entry, so the relay does not read the
-    empty log of a job it has just queued: one round trip less per request, which a burst of
-    thousands feels. A job answered from the cache or riding on another's generation may have
-    entries already: its relay reads them."""
+    the whole answer), with a watch on the job's log that began before the job existed and lasts
+    as long as `slot`. Such a watch hears every entry, so the relay does not read the empty log
+    of a job it has just queued, nor read back the record it has (for its place in line): round
+    trips a burst of thousands feels. A job answered from the cache or riding on another's
+    generation may have entries already: its relay reads them."""
     job_id = uuid.uuid4().hex
     woken = slot.hold(svc.wakeups.watch(job_id, before_created=True))
     record = submit_job(svc, req, extra, job_id=job_id).record
     if record["status"] != JobStatus.QUEUED or record.get("coalesced_into"):
         woken.hear(None)
-    return record, woken
+    return Followed(record, woken)

@@ -12,6 +12,7 @@ import redis
 
 from api.services import Services
 from api.sse import is_later, job_event_stream, stream_id
+from api.submit import Followed
 from api.wakeups import JobWakeups
 from common.schemas import JobStatus
 from tests.support.scripted_jobs import queue_job
@@ -158,7 +159,7 @@ def test_a_relay_that_watched_before_its_job_existed_does_not_read_its_empty_log
         reads = count_log_reads(svc)
         with svc.wakeups.watch(job, before_created=True) as woken:
             running_job(svc, job)
-            stream = job_event_stream(svc, job, None, places=False, woken=woken)
+            stream = job_event_stream(svc, job, None, places=False, followed=Followed(svc.jobs.get(job), woken))
             first = next(stream)  # its first pass, on the empty log
             write_chunks(svc, job, ["a ", "b "])
             finish(svc, job)
@@ -184,7 +185,7 @@ def test_a_relay_that_watched_before_its_job_existed_loses_nothing_logged_before
         running_job(svc, job)
         write_chunks(svc, job, ["a ", "b ", "c "])
         finish(svc, job)
-        stream = job_event_stream(svc, job, None, places=False, woken=woken)
+        stream = job_event_stream(svc, job, None, places=False, followed=Followed(svc.jobs.get(job), woken))
         first = next(stream)  # nothing heard yet, so nothing read: a heartbeat
         subscribe.set()
         events = relay_until_done(stream, [first])
