@@ -22,7 +22,7 @@ class Services(Stores):
         # answers one command at a time, so a few dozen sockets keep both busy; a caller past them
         # waits for one (a few seconds at most, then 503) rather than opening a socket each. More
         # sockets made a burst slower, not faster: each is opened and set up on first use and
-        # health-checked after it idles (docs/front-door.md has the measurement).
+        # health-checked after it idles (docs/front-door.md).
         super().__init__(settings, wait_for_connection_s=5, max_connections=32)
         self.admission = Admission(self)
         self.limits = RateLimiter(self.redis, self.keys, settings)

@@ -8,7 +8,7 @@ under threads (another server, the tests' in-process one) it simply runs in the 
 
 Small work stays in the caller: handing it to a thread and back costs more than doing it, most of
 all under a burst of requests, when each of them waits for a pool thread and then for the GIL
-(docs/front-door.md has the measurement).
+(docs/front-door.md).
 """
 from __future__ import annotations
 
