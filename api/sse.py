@@ -34,12 +34,12 @@ from flask import Response, stream_with_context
 from api.services import Services
 from api.stream_limits import StreamSlot
 from api.wakeups import JobWatcher
-
-if TYPE_CHECKING:
-    from api.submit import Followed
 from common.job_record import is_overdue
 from common.schemas import JobStatus
 from common.token_log import done_payload
+
+if TYPE_CHECKING:
+    from api.submit import Followed
 
 log = logging.getLogger(__name__)
 _STREAM_ID = re.compile(r"\d+(-\d+)?")
@@ -58,9 +58,10 @@ def job_event_stream(svc: Services, job_id: str, last_event_id: str | None, plac
     attempt a `restart` abandoned are kept too, so every reader sees the log alike. `followed`:
     the job as the caller created it, with its watch (api/submit.py, `submit_followed`)."""
     last = last_event_id or "0"
+    watch = contextlib.nullcontext(followed.woken) if followed else svc.wakeups.watch(job_id)
+    created = followed.record if followed else None
     try:
-        with (contextlib.nullcontext(followed.woken) if followed else svc.wakeups.watch(job_id)) as woken, \
-                (svc.places.watch(job_id, woken, followed and followed.record) if places else contextlib.nullcontext()):
+        with watch as woken, (svc.places.watch(job_id, woken, created) if places else contextlib.nullcontext()):
             yield from _events_until_done(svc, job_id, last, woken, every_attempt)
     except redis.RedisError as exc:
         log.warning("SSE relay for job %s ends: Redis unavailable (%s)", job_id, exc)

@@ -99,8 +99,7 @@ class Admission:
         concurrency slot). `job_id`: the new job's id, where the caller needs it before the job
         exists (a random one otherwise). A new job, its ticket and its place are one round trip to
         Redis."""
-        fields, digest = self.prepare(req, owner, priority)
-        fields["id"] = job_id or fields["id"]
+        fields, digest = self.prepare(req, owner, priority, job_id)
         fields.update(webhook or {})
         fields.update(extra or {})
         answered = self._answer_from_cache(fields, digest)
@@ -127,11 +126,12 @@ class Admission:
                                                   "retry later", {"Retry-After": str(self.retry_after())})
         return Admitted(202, created.record, created.ahead)
 
-    def prepare(self, req: JobRequest, owner: str | None, priority: str) -> tuple[dict, str | None]:
+    def prepare(self, req: JobRequest, owner: str | None, priority: str,
+                job_id: str | None = None) -> tuple[dict, str | None]:
         """Everything a job record needs from a validated request: the model check, the prompt's
         tokens, sampling within the context (ApiError otherwise). Returns (fields, digest); the
         digest names identical requests, for the result cache and for coalescing (None: not
-        deterministic or cache off)."""
+        deterministic or cache off). `job_id`: the job's id (a random one when not given)."""
         model, builder, settings = self._model(req.model)
         _check_prompt_lookup(req.prompt_lookup, settings, model.name)
         messages = [m.model_dump(exclude_none=True) for m in req.messages] if req.messages else None
@@ -148,7 +148,7 @@ class Admission:
                 "name": "tool_call", "schema": schema, "strict": True}}
         digest = _cache_key(model.name, prompt_ids, sampling) if req.cache and req.deterministic else None
         fields = {
-            "id": uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
+            "id": job_id or uuid.uuid4().hex, "model": model.name, "created_at": time.time(),
             "prompt_tokens": len(prompt_ids), "queue": self.stores.keys.queue(model.name),
             "prefix_blocks": prefix_blocks(prompt_ids),  # where its start is cached (common/scheduling/prefix_affinity.py)
             "request": {"prompt_token_ids": prompt_ids, "sampling": sampling},
