@@ -156,6 +156,7 @@ def test_a_relay_that_watched_before_its_job_existed_does_not_read_its_empty_log
     job = uuid.uuid4().hex
     with svc.wakeups.watch("another job"):  # the listener is up and subscribed before the job exists
         wait_until_subscribed(svc)
+        wait_until_all_heard(svc)  # including its own subscribing, which wakes every relay to read
         reads = count_log_reads(svc)
         with svc.wakeups.watch(job, before_created=True) as woken:
             running_job(svc, job)
