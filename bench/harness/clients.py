@@ -18,7 +18,7 @@ RESPONSE_ENDS = ("response.completed", "response.incomplete", "response.failed")
 @dataclass
 class Sample:
     ok: bool
-    ttft: float = 0.0  # seconds from sending to the first text
+    ttft: float = 0.0  # seconds from sending to the first text (or to the end of an answer with none)
     latency: float = 0.0  # seconds from sending to the end
     tokens: int = 0  # completion tokens
     answer_id: str = ""  # the server's id of the answer (an OpenAI chat completion's `id`)
@@ -100,9 +100,12 @@ def openai_request(url: str, prompt: str, max_tokens: int, system: str | None = 
             body = event.json()
             sample.answer_id = sample.answer_id or body.get("id", "")
             usage = body.get("usage") or usage
-            delta = body["choices"][0].get("delta", {}).get("content") if body.get("choices") else None
+            choice = body["choices"][0] if body.get("choices") else {}
+            delta = choice.get("delta", {}).get("content")
             if delta:
                 deltas += 1
+            # an answer with no text at all (now and then a random-weight model's) is timed at its end
+            if delta or choice.get("finish_reason"):
                 sample.ttft = sample.ttft or time.perf_counter() - t0
     sample.tokens = usage["completion_tokens"] if usage else deltas
     return sample

@@ -1,11 +1,16 @@
 """Random-weight models built here, without hub access: one with Qwen2.5-0.5B-Instruct's
 architecture and sizes (speed work at the real cost per token; a tensor-parallel vLLM worker's
 model), and a 2-layer one of the same architecture (a second catalog model that loads in a
-second). They borrow the embedded model's tokenizer (token ids stay below its vocab; the
-Qwen-size one keeps Qwen's 151,936-row embedding and LM head, so the per-token cost is the real
-one). The text they write is noise. `python -m bench.make_qwen_size_model` builds one."""
+second). They borrow the embedded model's tokenizer; the Qwen-size one keeps Qwen's 151,936-row
+embedding and LM head, so the per-token cost is the real one. The text they write is noise, but
+every token they choose is text: the rows of ids the tokenizer has no text for (past its
+vocabulary, special tokens, lone bytes of a longer character) are zero, so they never win. With
+random rows there, most answers began with tokens that show nothing, and a benchmark's "first
+text" came tokens after the first token, differently for each engine's rounding.
+`python -m bench.make_qwen_size_model` builds one."""
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -27,20 +32,61 @@ TINY = dict(QWEN25_05B, hidden_size=64, intermediate_size=128, num_hidden_layers
             num_key_value_heads=2, vocab_size=49152, max_position_embeddings=8192)
 
 
+# written into config.json; a model built by an earlier recipe (without it) is built again
+RECIPE = {"llmq_random_model": "text-rows-only"}
+
+
 def build(out: Path, sizes: dict = QWEN25_05B) -> Path:
-    if (out / "config.json").exists():
+    if _built_by_this_recipe(out):
         return out
+    _remove_with_what_was_made_from_it(out)
     smol = embedded_model(Settings(), prepare=True).path
     torch.manual_seed(0)
-    config = Qwen2Config(**sizes, bos_token_id=1, eos_token_id=2, pad_token_id=2)
+    config = Qwen2Config(**sizes, bos_token_id=1, eos_token_id=2, pad_token_id=2, **RECIPE)
     model = Qwen2ForCausalLM(config).to(torch.bfloat16)
+    with torch.no_grad():
+        model.get_output_embeddings().weight[silent_ids(smol, config.vocab_size)] = 0
     tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
     model.save_pretrained(tmp)
     for name in ("tokenizer.json", "tokenizer_config.json", "chat_template.jinja"):
         if (smol / name).exists():
             shutil.copy(smol / name, tmp / name)
     tmp.rename(out)
     return out
+
+
+def silent_ids(tokenizer_dir: Path, rows: int) -> list[int]:
+    """Ids that decode to no text of their own: past the tokenizer's vocabulary, special tokens,
+    and bytes that are only part of a character."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    words = len(tokenizer)
+    silent = set(tokenizer.all_special_ids) | set(range(words, rows))
+    for token_id in range(min(words, rows)):
+        text = tokenizer.decode([token_id])
+        if not text.strip() or "\ufffd" in text:
+            silent.add(token_id)
+    return sorted(silent)
+
+
+def _built_by_this_recipe(out: Path) -> bool:
+    try:
+        config = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return all(config.get(key) == value for key, value in RECIPE.items())
+
+
+def _remove_with_what_was_made_from_it(out: Path) -> None:
+    """An older build and its exports (OpenVINO IR folders, GGUF files named after it), which
+    would otherwise be served in its place."""
+    if not out.exists():
+        return
+    shutil.rmtree(out)
+    for made in [*out.parent.glob(f"{out.name}-*.gguf"), *(out.parent / "openvino").glob(f"{out.name}-*")]:
+        shutil.rmtree(made) if made.is_dir() else made.unlink()
 
 
 def default_out(tiny: bool = False) -> Path:

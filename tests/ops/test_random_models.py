@@ -1,0 +1,31 @@
+"""The random-weight models that benchmarks and some tests serve: every token they choose shows
+text (so "first text" is the first token on every engine), and a model built by an older recipe
+is built again, with the exports made from it."""
+import json
+
+from safetensors.torch import load_file
+
+from tests.support.random_models import RECIPE, TINY, build, silent_ids
+
+
+def test_only_ids_with_text_can_win_and_an_old_build_is_replaced(tmp_path, model_ref):
+    out = tmp_path / "tiny-random"
+    out.mkdir()
+    (out / "config.json").write_text(json.dumps({"model_type": "qwen2"}))  # an older recipe's
+    stale_ir = tmp_path / "openvino" / "tiny-random-int8"
+    stale_ir.mkdir(parents=True)
+    stale_gguf = tmp_path / "tiny-random-q8_0.gguf"
+    stale_gguf.write_bytes(b"old")
+
+    build(out, TINY)
+
+    assert all(json.loads((out / "config.json").read_text())[k] == v for k, v in RECIPE.items())
+    assert not stale_ir.exists() and not stale_gguf.exists()
+    head = load_file(next(out.glob("*.safetensors")))["model.embed_tokens.weight"]
+    silent = silent_ids(model_ref.path, TINY["vocab_size"])
+    assert 0 < len(silent) < TINY["vocab_size"] // 10
+    zero_rows = set((head.abs().sum(dim=1) == 0).nonzero().flatten().tolist())
+    assert zero_rows == set(silent)
+    built_at = (out / "config.json").stat().st_mtime_ns
+    build(out, TINY)  # this recipe's: kept as it is
+    assert (out / "config.json").stat().st_mtime_ns == built_at
