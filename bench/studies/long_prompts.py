@@ -62,10 +62,11 @@ def run(servers: dict, args) -> dict[str, dict]:
     results: dict[str, dict] = {name: {} for name in servers}
     for clients in (1, 8):
         for name, server in servers.items():
-            samples = ttft_with_long_prompts(server.url, clients, max(2, 16 // clients), first_seed=clients * 100)
+            samples = ttft_with_long_prompts(server.url, clients, max(2, 32 // clients), first_seed=clients * 100)
             ttfts = [s.ttft for s in samples if s.ok]
             results[name][f"ttft_{clients}"] = {"p50": round(percentile(ttfts, 50), 3), "max": round(max(ttfts), 3),
-                                                "failed": len(samples) - len(ttfts)}
+                                                "failed": len(samples) - len(ttfts),
+                                                "each": sorted(round(t, 2) for t in ttfts)}
             print(name, clients, results[name][f"ttft_{clients}"], flush=True)
             time.sleep(args.settle_s)
     for name, server in servers.items():
