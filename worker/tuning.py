@@ -58,10 +58,11 @@ def record_path(settings: Settings, model_name: str) -> Path:
 
 
 def write_record(settings: Settings, model_name: str, clients: int, results: dict[str, float],
-                 winner: Candidate) -> Path:
+                 winner: Candidate, prompt_tokens: int = 0) -> Path:
     path = record_path(settings, model_name)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"model": model_name, "host": host_signature(), "clients": clients,
+                                "prompt_tokens": prompt_tokens,
                                 "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
                                 "tokens_per_s": results, "winner": asdict(winner)}, indent=2))
     return path
@@ -91,8 +92,10 @@ def resolve(settings: Settings, model_name: str) -> tuple[Settings, dict]:
         weights = winner.weights if winner and winner.weights != "-" else DEFAULT_WEIGHTS
     if winner:
         speeds = ", ".join(f"{k} {v:.1f}" for k, v in record["tokens_per_s"].items())
+        prompts = (f" with prompts of about {record['prompt_tokens']} tokens" if record.get("prompt_tokens")
+                   else "")
         why = (f"measured by `python -m worker.tune` on {record['measured_at']} at {record['clients']} "
-               f"clients (tokens/s: {speeds})")
+               f"clients{prompts} (tokens/s: {speeds})")
     elif wants_engine or wants_weights:
         why = "the default: no measurement for this model, host and batch size (python -m worker.tune)"
     else:

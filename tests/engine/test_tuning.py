@@ -9,11 +9,13 @@ import pytest
 import requests
 
 from api import create_app
+from common.prompting import PromptBuilder
 from tests.support import ROOT
 from tests.support.servers import LiveServer
 from tests.support.settings import cleanup_namespace, make_settings, settings_env
 from tests.support.waiting import wait_until
 from worker.engine.registry import choose_engine
+from worker.tune import PROMPTS, Prompts
 from worker.tuning import Candidate, host_signature, read_record, resolve, write_record
 
 MODEL = "SmolLM2-135M-Instruct"
@@ -39,6 +41,23 @@ def test_a_measurement_on_this_host_decides_auto(tuned):
     assert resolve(tuned.model_copy(update={"weights": "int4"}), MODEL)[0].weights == "int4"
     hf = resolve(tuned.model_copy(update={"engine": "hf"}), MODEL)
     assert hf[0].engine == "hf" and hf[0].weights == "int8" and hf[1]["by"] == "settings"
+
+
+def test_a_measurement_with_long_prompts_says_so(tuned):
+    write_record(tuned, MODEL, 4, {"openvino:int8": 20.0, "vllm": 30.0}, Candidate("vllm", "-"), prompt_tokens=1500)
+    settings, choice = resolve(tuned, MODEL)
+    assert settings.engine == "vllm" and "prompts of about 1500 tokens" in choice["why"]
+
+
+def test_long_prompts_are_about_the_size_asked_and_each_its_own(model_ref):
+    builder = PromptBuilder(model_ref.path, 4096)
+    short = Prompts(builder)
+    assert [short.next() for _ in PROMPTS] == [builder.build([{"role": "user", "content": p}], None)[1] for p in PROMPTS]
+    long = Prompts(builder, 1500)
+    prompts = [long.next() for _ in range(6)]
+    assert all(1350 <= len(ids) <= 1650 for ids in prompts), [len(ids) for ids in prompts]
+    # no two share a start a prefix cache could reuse: they differ within the first few tokens
+    assert len({tuple(ids[:12]) for ids in prompts}) == len(prompts)
 
 
 @pytest.mark.parametrize("change", [{"host": "another CPU"}, {"clients": 16}])
