@@ -57,6 +57,7 @@ def test_health_shows_the_engine_its_dtype_and_kv_capacity(vllm_stack):
     assert info["engine"] == "vllm" and info["dtype"] == "float32"
     assert info["kv_capacity_tokens"] > 1000 and info["pid"] == worker.proc.pid
     assert info["prefix_caching"] is True  # vLLM's own, on by default
+    assert info["step_tokens"] == 2048  # on CPU: long prompts prefill one at a time, oldest first
 
 
 def thread_affinities(pid: int, children: bool = True) -> dict[int, set[int]]:

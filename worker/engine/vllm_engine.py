@@ -106,6 +106,7 @@ def build_vllm_core(model_path: str, settings) -> Any:
                       gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
                       kv_cache_memory_bytes=kv_bytes, enable_prefix_caching=settings.prefix_cache_mb > 0,
                       enforce_eager=settings.vllm_enforce_eager, seed=0, disable_log_stats=True,
+                      max_num_batched_tokens=step_tokens(settings, on_gpu),
                       tensor_parallel_size=settings.vllm_tensor_parallel_size,
                       pipeline_parallel_size=settings.vllm_pipeline_parallel_size,
                       # one process per rank, started (and bound to the worker) by vLLM's executor
@@ -119,6 +120,16 @@ def build_vllm_core(model_path: str, settings) -> Any:
     return LLMEngine.from_engine_args(args)
 
 
+def step_tokens(settings, on_gpu: bool) -> int | None:
+    """vLLM's token budget per step (None: its own default). On CPU, in llmq's worker, a step of
+    4,096 tokens (vLLM's default there) prefilled two or three long prompts together, so the
+    first of them waited for all of them; 2,048 prefills them one at a time, oldest first, as
+    vLLM's own server does (docs/vllm-on-cpu.md)."""
+    if settings.vllm_max_batched_tokens:
+        return max(settings.vllm_max_batched_tokens, settings.max_batch_size)
+    return None if on_gpu else max(2048, settings.max_batch_size)
+
+
 def speculative_config(settings) -> dict | None:
     """vLLM's n-gram (prompt lookup) drafting, as the OpenVINO engine does it: up to
     `prompt_lookup_tokens` drafts from the longest match of the last 1..`prompt_lookup_ngram`
@@ -130,7 +141,7 @@ def speculative_config(settings) -> dict | None:
 
 
 def describe_core(core: Any) -> dict[str, Any]:
-    """What the heartbeat reports of this engine: dtype and KV capacity in tokens."""
+    """What the heartbeat reports of this engine: dtype, KV capacity and tokens per step."""
     config = getattr(core, "vllm_config", None)
     if config is None:  # a test double
         return {}
@@ -139,7 +150,7 @@ def describe_core(core: Any) -> dict[str, Any]:
     lookup = {"tokens": spec.num_speculative_tokens, "ngram": spec.prompt_lookup_max} if spec else False
     return {"dtype": str(config.model_config.dtype).removeprefix("torch."),
             "kv_capacity_tokens": blocks * cache.block_size, "prefix_caching": bool(cache.enable_prefix_caching),
-            "prompt_lookup": lookup}
+            "step_tokens": config.scheduler_config.max_num_batched_tokens, "prompt_lookup": lookup}
 
 
 class VLLMEngine:
