@@ -147,10 +147,10 @@ class Settings(BaseSettings):
                                     "shares it with vLLM's engine core; 0: equal priority")
     vllm_max_batched_tokens: int = Field(
         0, ge=0, description="prompt and answer tokens vLLM computes in one step (its "
-                             "max_num_batched_tokens); long prompts are prefilled in chunks of what is "
-                             "left after the running answers, oldest first; 0: 2048 on CPU, where a "
-                             "larger step prefills several long prompts together and each waits for "
-                             "all, and vLLM's own default on a GPU")
+                             "max_num_batched_tokens): the running answers' next tokens, then chunks of "
+                             "the waiting prompts, oldest first; 0: what vLLM's own OpenAI server takes "
+                             "on this hardware (2048 on a CPU, where a larger step prefills several "
+                             "long prompts together and each waits for all)")
     vllm_relay_delay_ms: float = Field(
         0.0, ge=0, le=20, description="on CPU, how long the worker holds each step's tokens before "
                                       "relaying them, so that vLLM's engine core schedules the next "
