@@ -36,6 +36,7 @@ def ttft_with_long_prompts(url: str, clients: int, per_client: int, first_seed: 
 
 
 def ttft_in_bursts(url: str, size: int, rounds: int, first_seed: int) -> list[Sample]:
+    """`rounds` bursts of `size` long-prompt requests sent at once, each after the last ended."""
     samples = []
     with ThreadPoolExecutor(size) as pool:
         for round_ in range(rounds):

@@ -52,7 +52,8 @@ def test_a_measurement_with_long_prompts_says_so(tuned):
 def test_long_prompts_are_about_the_size_asked_and_each_its_own(model_ref):
     builder = PromptBuilder(model_ref.path, 4096)
     short = Prompts(builder)
-    assert [short.next() for _ in PROMPTS] == [builder.build([{"role": "user", "content": p}], None)[1] for p in PROMPTS]
+    questions = [builder.build([{"role": "user", "content": p}], None)[1] for p in PROMPTS]
+    assert [short.next() for _ in PROMPTS] == questions
     long = Prompts(builder, 1500)
     prompts = [long.next() for _ in range(6)]
     assert all(1350 <= len(ids) <= 1650 for ids in prompts), [len(ids) for ids in prompts]

@@ -62,9 +62,9 @@ def silent_ids(tokenizer_dir: Path, rows: int) -> list[int]:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
-    words = len(tokenizer)
-    silent = set(tokenizer.all_special_ids) | set(range(words, rows))
-    for token_id in range(min(words, rows)):
+    vocab = len(tokenizer)
+    silent = set(tokenizer.all_special_ids) | set(range(vocab, rows))
+    for token_id in range(min(vocab, rows)):
         text = tokenizer.decode([token_id])
         if not text.strip() or "\ufffd" in text:
             silent.add(token_id)
@@ -80,8 +80,9 @@ def _built_by_this_recipe(out: Path) -> bool:
 
 
 def _remove_with_what_was_made_from_it(out: Path) -> None:
-    """An older build and its exports (OpenVINO IR folders, GGUF files named after it), which
-    would otherwise be served in its place."""
+    """An older build and its exports, which would otherwise be served in its place: the OpenVINO
+    IR folders `worker.engine.openvino_model.exported_dir` names after it (beside it, in the model
+    cache) and the GGUF files `bench.qwen_size_gguf` writes beside it."""
     if not out.exists():
         return
     shutil.rmtree(out)
