@@ -143,6 +143,7 @@ async function send(prompt) {
     job = await api("/v1/jobs", { method: "POST", body: JSON.stringify(body) });
   } catch (err) {
     bubble.className = "msg error";
+    bubble.dataset.status = "error";
     text.textContent = err.message;
     $("state").textContent = "error";
     return;
@@ -215,6 +216,7 @@ async function send(prompt) {
       state.history.push({ role: "user", content: prompt }, { role: "assistant", content: final.text });
     }
   }
+  bubble.dataset.status = status;  // the turn is over: its bubble says how it ended
   state.current = null;
 }
 

@@ -60,7 +60,7 @@ def test_prompt_streams_an_answer_with_live_stats(page, tmp_path, model_ref):
     # an answer of some length: a one-line one can arrive within one relay interval, all at once
     page.fill("#prompt", "Describe Paris, the capital of France, in three sentences.")
     page.press("#prompt", "Enter")
-    page.wait_for_selector(".msg.assistant .info")  # written once the job has ended
+    page.wait_for_selector(".msg.assistant[data-status]")  # set once the turn has ended
     answer = page.inner_text(".msg.assistant .text")
     assert "Paris" in answer
     partial = {n for n in page.evaluate("window.__lengths") if 0 < n < len(answer)}
@@ -84,13 +84,13 @@ def test_second_turn_sends_the_history(page):
     page.fill("#max-tokens", "8")
     page.fill("#prompt", "Say hi.")
     page.press("#prompt", "Enter")
-    page.wait_for_selector(".msg.assistant .info")
+    page.wait_for_selector(".msg.assistant[data-status]")
     with page.expect_request(lambda r: r.url.endswith("/v1/jobs") and r.method == "POST") as sent:
         page.fill("#prompt", "And again.")
         page.press("#prompt", "Enter")
     roles = [m["role"] for m in sent.value.post_data_json["messages"]]
     assert roles == ["user", "assistant", "user"]
-    page.wait_for_selector(".msg.assistant:nth-of-type(4) .info")
+    page.wait_for_selector(".msg.assistant:nth-of-type(4)[data-status]")
     assert page.locator("#jobs li").count() == 2
 
 
@@ -102,4 +102,4 @@ def test_json_mode_switch_sends_response_format(page):
         page.press("#prompt", "Enter")
     assert sent.value.post_data_json["response_format"] == {"type": "json_object"}
     # the page shows the outcome either way: an answer, or the API's error if JSON mode is refused
-    page.wait_for_selector(".msg.assistant .info, .msg.error")
+    page.wait_for_selector(".msg[data-status]")
