@@ -21,6 +21,10 @@ The kernel sends the signal when the *thread* that started the child ends, so en
 on the worker's main thread (as `WorkerRuntime.build` does). Linux only; elsewhere `install()`
 does nothing.
 
+A spawned child also leaves its heap to the kernel at exit instead of having the collector scan
+it: vLLM's engine process spent seconds on that scan after its shutdown was done, and was killed
+by its parent's deadline more often than it ended by itself.
+
 The other way round, an engine whose process (or any of its parallel ranks) dies cannot finish the
 jobs it holds: `exit_for_redelivery` ends the worker at once, as vLLM's server goes when its engine
 core does, so that the jobs' leases lapse and another worker runs them, rather than failing them.
@@ -29,6 +33,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import gc
 import logging
 import multiprocessing
 import multiprocessing.connection
@@ -72,6 +77,11 @@ class _BindOnArrival:
 def _arrive(parent_pid: int) -> None:
     die_with_parent(parent_pid)
     install()
+    # Last of the child's exit handlers (they run newest first): what is left then is garbage for
+    # the kernel to take back, and the collector's full scan of it at interpreter exit held vLLM's
+    # engine process for seconds after its own shutdown was done, past the time its parent waits
+    # before killing it. vLLM freezes the heap at exit for the same reason, on ROCm only.
+    atexit.register(gc.freeze)
 
 
 class _Anchor:
