@@ -1,9 +1,10 @@
 """A tensor-parallel vLLM worker (vLLM's CPU build, two ranks on two cores) end to end: API -> Redis
 -> vLLM over two rank processes -> SSE, and what happens when a rank or the worker dies.
 
-The model is a random-weight one of Qwen2.5-0.5B's shape (14 attention heads, 2 KV heads: split
-in two; SmolLM2's 9 heads cannot be); its text is noise, so the tests check lengths, resumption
-and structure, not words. The worker's start (about a minute here) is the module's cost.
+The model is a small random-weight one of Qwen2.5's architecture whose 8 attention heads and 2 KV
+heads split in two (SmolLM2's 9 heads cannot be); its text is noise, so the tests check lengths,
+resumption and structure, not words. The worker's start (vLLM's processes, each importing vLLM)
+is the module's cost.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import requests
 
 from tests.support.jobs import chunks_text, read_stream, submit
 from tests.support.processes import kill_9_mid_job
-from tests.support.random_models import build as build_qwen_size_model
+from tests.support.random_models import SPLITTABLE, build
 from tests.support.servers import worker_beside_api
 from tests.support.settings import make_settings
 from tests.support.waiting import wait_for_job, wait_until
@@ -33,7 +34,7 @@ def ranks_of(worker_pid: int) -> dict[str, psutil.Process]:
 
 @pytest.fixture(scope="module")
 def tp_stack(start_worker):
-    model = build_qwen_size_model(make_settings().model_cache_dir / "qwen2.5-0.5b-random")
+    model = build(make_settings().model_cache_dir / "splittable-random", SPLITTABLE)
     settings = make_settings(engine="vllm", model=str(model), kv_cache_mb=256, max_model_len=1024,
                              max_batch_size=4, vllm_enforce_eager=True, vllm_tensor_parallel_size=2,
                              visibility_timeout_s=4, broker_restore_interval_s=1)
@@ -51,7 +52,9 @@ def test_health_shows_the_parallel_layout_and_each_rank_computes_on_its_own_core
     cpus = sorted(os.sched_getaffinity(0))
     assert info["engine"] == "vllm"
     # the KV budget is the worker's, split over its ranks (vLLM's own setting is per rank)
-    bytes_per_token = 24 * 2 * 2 * 64 * {"bfloat16": 2, "float32": 4}[info["dtype"]]  # layers, K+V, KV heads, dim
+    head_dim = SPLITTABLE["hidden_size"] // SPLITTABLE["num_attention_heads"]
+    bytes_per_token = (SPLITTABLE["num_hidden_layers"] * 2 * SPLITTABLE["num_key_value_heads"] * head_dim  # K+V
+                       * {"bfloat16": 2, "float32": 4}[info["dtype"]])
     assert 0.9 * 256 * 2**20 <= info["kv_capacity_tokens"] * bytes_per_token <= 256 * 2**20
     assert info["parallel"] == {"tensor_parallel": 2, "pipeline_parallel": 1,
                                 "ranks": [f"cpus {cpus[0]}", f"cpus {cpus[1]}"]}

@@ -21,7 +21,8 @@
 - sse_subscriber.py: a thread subscribed to one job's SSE stream to its end
 - webhook_receiver.py: a real HTTP webhook receiver on 127.0.0.1
 - redis_group.py: a Redis Sentinel group of real processes (`RedisGroup`), and its failover
-- random_models.py: random-weight models built here (a Qwen2.5-0.5B-size one, a tiny one)
+- random_models.py: random-weight models built here (a Qwen2.5-0.5B-size one, a tiny one, one that
+  splits over two tensor-parallel ranks)
 - held_jobs.py: a worker holding N jobs at once, and what that costs it (`hold`)
 
 The benchmarks (bench/) use some of these too; nothing here imports bench/.

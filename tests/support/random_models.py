@@ -1,7 +1,7 @@
 """Random-weight models built here, without hub access: one with Qwen2.5-0.5B-Instruct's
-architecture and sizes (speed work at the real cost per token; a tensor-parallel vLLM worker's
-model), and a 2-layer one of the same architecture (a second catalog model that loads in a
-second). They borrow the embedded model's tokenizer; the Qwen-size one keeps Qwen's 151,936-row
+architecture and sizes (speed work at the real cost per token), a 2-layer one of the same
+architecture (a second catalog model that loads in a second), and one between them whose heads
+split over two ranks (a tensor-parallel vLLM worker's model). They borrow the embedded model's tokenizer; the Qwen-size one keeps Qwen's 151,936-row
 embedding and LM head, so the per-token cost is the real one. The text they write is noise, but
 every token they choose is text: the rows of ids the tokenizer has no text for (past its
 vocabulary, special tokens, lone bytes of a longer character) are zero, so they never win. With
@@ -32,6 +32,10 @@ TINY = dict(QWEN25_05B, hidden_size=64, intermediate_size=128, num_hidden_layers
             num_key_value_heads=2, vocab_size=49152, max_position_embeddings=8192)
 
 
+# Small enough to load and step in a moment, with heads that split over two tensor-parallel ranks
+# (SmolLM2's 9 cannot) and a head size vLLM's CPU attention takes (TINY's 16 is not one of them)
+SPLITTABLE = dict(TINY, hidden_size=512, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=8,
+                  num_key_value_heads=2)
 # written into config.json; a model built by an earlier recipe (without it) is built again
 RECIPE = {"llmq_random_model": "text-rows-only"}
 
