@@ -16,7 +16,7 @@ JOBS = 256
 def test_a_worker_of_batch_256_holds_256_jobs_at_once_and_finishes_them_all(tmp_path):
     with fresh_namespace(engine="vllm", max_batch_size=JOBS, kv_cache_mb=1024, max_model_len=1024,
                          vllm_enforce_eager=True, coalesce=False, max_queue=10_000) as settings:
-        held = hold(settings, JOBS, max_tokens=32, log_path=tmp_path / "worker.log")
+        held = hold(settings, JOBS, max_tokens=16, log_path=tmp_path / "worker.log")
     print(held)
     assert held["succeeded"] == JOBS
     assert held["held_at_peak"] == JOBS  # all running at once
