@@ -6,6 +6,7 @@ writes the output files. A key sees only its own batches. Errors have OpenAI's s
 """
 from __future__ import annotations
 
+import math
 import time
 from typing import Any
 
@@ -83,11 +84,13 @@ def create():
             validate_webhook_url(body.webhook, svc.settings)
         except WebhookUrlError as exc:
             raise ApiError(400, "invalid_value", f"webhook: {exc}", param="webhook")
-    now = int(time.time())
+    # whole seconds, as OpenAI's batch objects have them; the window rounded up, not down, so that
+    # no batch gets less than its full window
+    now = time.time()
     record = svc.batches.create(owner_id(), {
         "endpoint": body.endpoint, "input_file_id": body.input_file_id,
         "completion_window": body.completion_window, "metadata": body.metadata, "webhook": body.webhook,
-        "created_at": now, "expires_at": now + int(svc.settings.batch_window_s)})
+        "created_at": int(now), "expires_at": math.ceil(now + svc.settings.batch_window_s)})
     kick(svc.redis, svc.celery, svc.keys, record["id"])  # if this fails, the watchdog will
     return jsonify(shown(record).model_dump(mode="json"))
 
