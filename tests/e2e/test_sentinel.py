@@ -49,6 +49,9 @@ def test_clients_skip_a_dead_first_sentinel_and_leave_a_demoted_master(group):
     client.set(f"{settings.namespace}:k", "before")
     celery.send_task("llmq.noop", queue=queue)
 
+    # replication is asynchronous, and a switch loses what the replica has not copied yet: this test
+    # is about the clients, so the writes above are on the replica first (it acknowledges each second)
+    wait_until(lambda: group.replication_lag_bytes() == 0, 10, interval=0.1)
     old = group.master_port()  # a switch that leaves the old master up, as a replica
     redis.Redis(port=group.live_sentinels()[0]).execute_command("SENTINEL", "FAILOVER", MASTER_NAME)
     new = group.wait_failover(old)
