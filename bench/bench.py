@@ -34,9 +34,11 @@ import signal
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlparse
 
 from bench.harness.clients import baseline_request, llmq_request, openai_request
 from bench.harness.load import drive, drive_server, requests_per_client, turns
+from bench.harness.measures import CoreUse, redis_server_pid, shares
 from bench.harness.prompts import WORKLOADS
 from bench.harness.results import args_dict, levels, save
 from bench.harness.servers import (BaselineServer, LlamaServer, OpenVINOEngine, OpenVINOServer, PeerServer,
@@ -80,12 +82,17 @@ def print_table(ours: list[dict], base: list[dict], label: str = "base") -> None
 def interleaved(servers: dict, args) -> dict[str, list[dict]]:
     """Each level, `args.rounds` rounds of every server in turn (bench/harness/load.py); pooled rows."""
     results: dict[str, list[dict]] = {name: [] for name in servers}
+    core_use = {name: CoreUse(server_parts(server, args.redis_url)) for name, server in servers.items()}
     for clients in args.levels:
         pooled = {name: ([], 0.0) for name in servers}
+        cpu = {name: {} for name in servers}
         per_client = requests_per_client(clients, args.requests_per_client, args.min_requests)
         for round_, name in turns(list(servers), args.rounds):
             first = round_ * clients * per_client  # fresh prompts each round
+            core_use[name].start()
             samples, wall = drive_server(servers[name], clients, per_client, args.max_tokens, first, args.workload)
+            for part, seconds in core_use[name].stop().items():
+                cpu[name][part] = cpu[name].get(part, 0.0) + seconds
             row = summarize(clients, samples, wall)
             print(f"{name:12s} round {round_ + 1} {json.dumps(row)}", flush=True)
             pooled[name] = (pooled[name][0] + samples, pooled[name][1] + wall)
@@ -93,8 +100,25 @@ def interleaved(servers: dict, args) -> dict[str, list[dict]]:
             # core the next server computes on: let it stop before the next turn starts
             time.sleep(args.settle_s)
         for name, (samples, wall) in pooled.items():
-            results[name].append(summarize(clients, samples, wall))
+            results[name].append({**summarize(clients, samples, wall),
+                                  "cores": shares(cpu[name], wall, core_use[name].cores)})
     return results
+
+
+def server_parts(server, redis_url: str) -> dict[str, tuple[int, str]]:
+    """The processes a turn of `server` is charged (`CoreUse`): this process (the load's clients),
+    each of the server's own with its children, and for an llmq stack its workers' own threads
+    (Celery, the relays) apart from their engine processes, and the Redis it uses."""
+    parts = {"clients": (os.getpid(), "self")}
+    for name, proc in server.procs.items():
+        if isinstance(server, Stack) and name.startswith("worker"):
+            parts[name], parts[f"{name}-engine"] = (proc.pid, "self"), (proc.pid, "children")
+        else:
+            parts[name] = (proc.pid, "all")
+    redis_pid = redis_server_pid(urlparse(redis_url).port or 6379) if isinstance(server, Stack) else None
+    if redis_pid:
+        parts["redis"] = (redis_pid, "all")
+    return parts
 
 
 def parse_variant(text: str) -> tuple[str, dict[str, str]]:
@@ -250,6 +274,11 @@ def compare(args) -> None:
     for name, rows in results.items():
         print(f"{name:15s} | " + " | ".join(f"{r['ttft_p50']:>12.3f} s, {r['tpot_ms'] or 0:5.1f}{'':4s}"
                                              for r in rows))
+    print("\nwhere the cores went (shares of all cores over the turns: the load's clients, each process, the rest)")
+    for name, rows in results.items():
+        for r in rows:
+            print(f"{name:15s} | {r['clients']:>3} clients | "
+                  + " ".join(f"{part} {share:.2f}" for part, share in r["cores"].items()))
     pairs = [("llmq-vllm", "vllm-server"), ("llmq-vllm", "llama-server"), ("llmq-hf", "llama-server"),
              ("llmq-openvino", "openvino-server"), ("llmq-openvino", "openvino-engine"),
              ("openvino-server", "openvino-engine"), ("llmq-openvino", "vllm-server"),
