@@ -128,6 +128,11 @@ class Settings(BaseSettings):
                                           "relayed (one Redis write and one SSE event for all of it, "
                                           "so about 10 events a second); the first text goes out at "
                                           "once; 0: every decode step")
+    stream_writes_per_s: float = Field(
+        100.0, ge=0, description="about how many times a second a worker's running jobs relay text, "
+                                 "all together: past that many jobs per stream_interval_ms, each job's "
+                                 "text gathers longer (up to 1 s), so that the writes and SSE events "
+                                 "leave the CPU to the engine; 0: stream_interval_ms for every job")
     vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     vllm_enforce_eager: bool = Field(False, description="skip CUDA graphs: faster start, slower steps")
     vllm_tensor_parallel_size: int = Field(

@@ -36,7 +36,7 @@ from worker.job_outcome import JobOutcomes
 from worker.lease import Leases
 from worker.load_meter import LoadMeter
 from worker.metrics import WorkerMetrics
-from worker.text_relay import TextRelay
+from worker.text_relay import RelayPace, TextRelay
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ class JobRunner:
         self.outcomes = JobOutcomes(self.claims, cache, metrics, meter)
         self.leases = leases or Leases(store, worker_name, self.claims.lease_ttl_s)
         self.cancels = CancelWatch(store, settings.cancel_poll_s)
+        self.pace = RelayPace(settings.stream_interval_ms / 1000, settings.stream_writes_per_s, lambda: loop.active)
         self.picker = TicketPicker(store.fair, worker_name, settings, self.claims.retrying, send_ticket,
                                    free_slots, on_affinity=metrics.affinity_picked if metrics is not None else None)
 
@@ -152,7 +153,7 @@ class JobRunner:
         run_timeout = record.get("run_timeout_s") or self.settings.run_timeout_s
         relay = TextRelay(self.token_log, stream, lambda: self.loop.abort(job_id), job_id, attempt, so_far,
                           len(request["prompt_token_ids"]), bool(request["sampling"].get("logprobs")),
-                          self.settings.stream_interval_ms / 1000, run_timeout)
+                          self.pace, run_timeout)
         self.cancels.watch(job_id, relay.cancel)  # between writes, the worker's one watcher looks
         if record.get("priority") == "batch":
             self.picker.line_started(job_id, relay.preempt)

@@ -1,7 +1,7 @@
 """One attempt's text on its way from the engine to the job's token log, through Redis outages.
 
-New text gathers for `stream_interval_ms` (the first goes out at once) and is written as one
-chunk, fenced by the attempt number (another attempt that took the job over makes this one stop:
+New text gathers for `stream_interval_ms`, longer when the worker holds many jobs (`RelayPace`;
+the first text goes out at once), and is written as one chunk, fenced by the attempt number (another attempt that took the job over makes this one stop:
 `Superseded`). While Redis is down the text waits here and generation goes on; it is written, as
 one larger chunk, once Redis answers again. A write whose reply was lost may have landed: that is
 settled from the job's count of chunks before the next write, so no text is logged twice or
@@ -31,6 +31,26 @@ IDLE_WAKE_S = 1.0  # a job with nothing new still wakes this often (text held ba
 _ANSWERED = (FinishReason.STOP, FinishReason.LENGTH)
 
 
+class RelayPace:
+    """How long a running job's new text gathers before it is relayed: `stream_interval_ms`, or
+    longer once the worker holds more jobs than `stream_writes_per_s` allows at that interval, so
+    that all its jobs together write about that many times a second (at most every
+    `MAX_INTERVAL_S`). Each write is a Redis write, an SSE event per client and a wake-up of a job
+    thread, and on a small CPU their sum at 30 jobs took a tenth of a core from the engine; the
+    reader of each of those answers gets a few tokens a second, and a chunk of them as readily."""
+
+    MAX_INTERVAL_S = 1.0
+
+    def __init__(self, interval_s: float, writes_per_s: float, running: Callable[[], int]):
+        """`running()`: the jobs the worker's engine holds now (each relays its own text)."""
+        self.floor_s, self.writes_per_s, self.running = interval_s, writes_per_s, running
+
+    def interval_s(self) -> float:
+        if not self.writes_per_s:
+            return self.floor_s
+        return max(self.floor_s, min(self.MAX_INTERVAL_S, self.running() / self.writes_per_s))
+
+
 @dataclass
 class _Text:
     """Generated text with the tokens and logprobs entries it came from."""
@@ -55,11 +75,11 @@ class TextRelay:
 
     def __init__(self, token_log: TokenLog, stream: RequestStream, abort: Callable[[], None],
                  job_id: str, attempt: int, so_far: Continuation, prompt_tokens: int,
-                 wants_logprobs: bool, interval_s: float, run_timeout_s: float):
+                 wants_logprobs: bool, pace: RelayPace, run_timeout_s: float):
         """`so_far`: what a lost attempt already wrote (a continued job; else `NOTHING`).
         `abort()` stops the request in the engine. `run_timeout_s`: 0 for no deadline."""
         self.token_log, self.stream, self.abort = token_log, stream, abort
-        self.job_id, self.attempt, self.interval_s = job_id, attempt, interval_s
+        self.job_id, self.attempt, self.pace = job_id, attempt, pace
         self.deadline = time.monotonic() + run_timeout_s if run_timeout_s else None
         # what the log holds
         self.text, self.chunks = so_far.text, so_far.chunks
@@ -98,7 +118,7 @@ class TextRelay:
         while self.finish is None:
             self._take(hold_until)
             if self.write():  # that write read the cancel flag too
-                hold_until = time.monotonic() + self.interval_s
+                hold_until = time.monotonic() + self.pace.interval_s()
             self._stop_if_due()
         return self.finish
 

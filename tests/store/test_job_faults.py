@@ -7,6 +7,7 @@ be staged exactly: a second delivery, a lapsed lease, a stale attempt writing la
 import threading
 import time
 
+import pytest
 import redis
 
 from api import create_app
@@ -15,6 +16,7 @@ from common.sseclient import iter_sse
 from tests.support.scripted_jobs import RUNNER_SETTINGS, events_of, make_runner, queue_job
 from tests.support.settings import settings_fixture
 from tests.support.waiting import wait_until
+from worker.text_relay import RelayPace
 
 
 # A fresh namespace per test (the `store` fixture's), with quick heartbeats and cancel polls.
@@ -298,3 +300,31 @@ def test_text_is_relayed_once_per_stream_interval_and_the_first_token_at_once(st
         chunk_counts[interval_ms] = len(chunks)
     assert 3 <= chunk_counts[200] <= 7
     assert chunk_counts[0] >= 30
+
+
+def test_a_worker_holding_many_jobs_relays_each_less_often():
+    """Each job writes every `stream_interval_ms` until the worker's jobs together would write more
+    than `stream_writes_per_s` times a second; then each waits longer, up to 1 s."""
+    running = [1]
+    pace = RelayPace(0.1, 100, lambda: running[0])
+    assert pace.interval_s() == 0.1
+    running[0] = 32
+    assert pace.interval_s() == pytest.approx(0.32)
+    running[0] = 256
+    assert pace.interval_s() == 1.0
+    assert RelayPace(0.1, 0, lambda: 256).interval_s() == 0.1  # 0: no limit
+
+
+def test_the_writes_limit_slows_each_jobs_relay(store, settings):
+    """The runner paces its relays by how many jobs its engine holds: one job, allowed 2.5 writes a
+    second, writes every 0.4 s instead of every 50 ms."""
+    text = "abcdefghij" * 6
+    chunk_counts = {}
+    for writes_per_s in (2.5, 0):
+        job = queue_job(store, max_tokens=100)
+        paced = settings.model_copy(update={"stream_interval_ms": 50, "stream_writes_per_s": writes_per_s})
+        job_runner, _ = make_runner(store, paced, {job: text}, delay=0.01)
+        job_runner.run(job)
+        assert_whole_answer(store, job, text)
+        chunk_counts[writes_per_s] = len([d for e, d in events_of(store, job) if e == "chunk"])
+    assert chunk_counts[2.5] * 2 < chunk_counts[0], chunk_counts
