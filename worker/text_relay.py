@@ -1,11 +1,11 @@
 """One attempt's text on its way from the engine to the job's token log, through Redis outages.
 
 New text gathers for `stream_interval_ms`, longer when the worker holds many jobs (`RelayPace`;
-the first text goes out at once), and is written as one chunk, fenced by the attempt number (another attempt that took the job over makes this one stop:
-`Superseded`). While Redis is down the text waits here and generation goes on; it is written, as
-one larger chunk, once Redis answers again. A write whose reply was lost may have landed: that is
-settled from the job's count of chunks before the next write, so no text is logged twice or
-skipped. The relay also stops the request, once, when its run deadline passes, when a client asks
+the first text goes out at once), and is written as one chunk, fenced by the attempt number
+(another attempt that took the job over makes this one stop: `Superseded`). While Redis is down
+the text waits here and generation goes on; it is written, as one larger chunk, once Redis
+answers again. A write whose reply was lost may have landed: that is settled from the job's count
+of chunks before the next write, so no text is logged twice or skipped. The relay also stops the request, once, when its run deadline passes, when a client asks
 to cancel (read with each write, and from the worker's cancel watcher), or when the worker
 preempts it (a batch line, for interactive work).
 """
@@ -36,8 +36,9 @@ class RelayPace:
     longer once the worker holds more jobs than `stream_writes_per_s` allows at that interval, so
     that all its jobs together write about that many times a second (at most every
     `MAX_INTERVAL_S`). Each write is a Redis write, an SSE event per client and a wake-up of a job
-    thread, and on a small CPU their sum at 30 jobs took a tenth of a core from the engine; the
-    reader of each of those answers gets a few tokens a second, and a chunk of them as readily."""
+    thread; on a small CPU, at tens of jobs, their sum takes a share of the cores from the engine
+    (docs/benchmarks.md), while the reader of each of those answers gets a few tokens a second and
+    reads a chunk of them as readily."""
 
     MAX_INTERVAL_S = 1.0
 
