@@ -1,13 +1,13 @@
 """One attempt's text on its way from the engine to the job's token log, through Redis outages.
 
-New text gathers for `stream_interval_ms`, longer when the worker holds many jobs (`RelayPace`;
-the first text goes out at once), and is written as one chunk, fenced by the attempt number
-(another attempt that took the job over makes this one stop: `Superseded`). While Redis is down
-the text waits here and generation goes on; it is written, as one larger chunk, once Redis
-answers again. A write whose reply was lost may have landed: that is settled from the job's count
-of chunks before the next write, so no text is logged twice or skipped. The relay also stops the request, once, when its run deadline passes, when a client asks
-to cancel (read with each write, and from the worker's cancel watcher), or when the worker
-preempts it (a batch line, for interactive work).
+New text gathers for `stream_interval_ms`, longer when the worker holds many jobs (`RelayPace`; the
+first text goes out at once), and is written as one chunk, fenced by the attempt number (another
+attempt that took the job over makes this one stop: `Superseded`). While Redis is down the text
+waits here and generation goes on; it is written, as one larger chunk, once Redis answers again. A
+write whose reply was lost may have landed: that is settled from the job's count of chunks before
+the next write, so no text is logged twice or skipped. The relay also stops the request, once, when
+its run deadline passes, when a client asks to cancel (read with each write, and from the worker's
+cancel watcher), or when the worker preempts it (a batch line, for interactive work).
 """
 from __future__ import annotations
 
