@@ -53,10 +53,14 @@ class CoreUse:
         seconds = {}
         for name, (pid, what) in self.parts.items():
             try:
-                everything, own = cpu_seconds(pid), cpu_seconds(pid, children=False)
+                if what == "self":
+                    seconds[name] = cpu_seconds(pid, children=False)
+                elif what == "all":
+                    seconds[name] = cpu_seconds(pid)
+                else:  # the descendants alone
+                    seconds[name] = cpu_seconds(pid) - cpu_seconds(pid, children=False)
             except psutil.NoSuchProcess:
-                everything = own = float("nan")
-            seconds[name] = {"self": own, "children": everything - own, "all": everything}[what]
+                seconds[name] = float("nan")
         return seconds
 
     def start(self) -> None:

@@ -1,12 +1,12 @@
-"""Random-weight models built here, without hub access: one with Qwen2.5-0.5B-Instruct's
-architecture and sizes (speed work at the real cost per token), a 2-layer one of the same
-architecture (a second catalog model that loads in a second), and one between them whose heads
-split over two ranks (a tensor-parallel vLLM worker's model). They borrow the embedded model's tokenizer; the Qwen-size one keeps Qwen's 151,936-row
-embedding and LM head, so the per-token cost is the real one. The text they write is noise, but
-every token they choose is text: the rows of ids the tokenizer has no text for (past its
-vocabulary, special tokens, lone bytes of a longer character) are zero, so they never win. With
-random rows there, most answers began with tokens that show nothing, and a benchmark's "first
-text" came tokens after the first token, differently for each engine's rounding.
+"""Random-weight models built here, without hub access: one with Qwen2.5-0.5B-Instruct's architecture
+and sizes (speed work at the real cost per token), a 2-layer one of the same architecture (a second
+catalog model that loads in a second), and one between them whose heads split over two ranks (a
+tensor-parallel vLLM worker's model). They borrow the embedded model's tokenizer; the Qwen-size one
+keeps Qwen's 151,936-row embedding and LM head, so the per-token cost is the real one. The text
+they write is noise, but every token they choose is text: the rows of ids the tokenizer has no text
+for (past its vocabulary, special tokens, lone bytes of a longer character) are zero, so they never
+win. With random rows there, most answers began with tokens that show nothing, and a benchmark's
+"first text" came tokens after the first token, differently for each engine's rounding.
 `python -m bench.make_qwen_size_model` builds one."""
 from __future__ import annotations
 

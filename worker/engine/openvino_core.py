@@ -283,6 +283,7 @@ def build_pipeline(source: Path, model_dir: Path, settings) -> tuple[Any, dict[s
     pipeline = ov.ContinuousBatchingPipeline(str(source), scheduler, "CPU",
                                              {**props, "prompt_lookup": True} if lookup else props)
     info = {"kv_capacity_tokens": scheduler.num_kv_blocks * BLOCK_TOKENS,
-            "step_tokens": scheduler.max_num_batched_tokens, "prefix_caching": scheduler.enable_prefix_caching, "dtype": compute_dtype(props), "threads": cpus,
+            "step_tokens": scheduler.max_num_batched_tokens, "prefix_caching": scheduler.enable_prefix_caching,
+            "dtype": compute_dtype(props), "threads": cpus,
             "prompt_lookup": {"tokens": lookup[0], "ngram": lookup[1]} if lookup else False}
     return pipeline, info
