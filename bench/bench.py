@@ -43,7 +43,7 @@ from bench.harness.prompts import WORKLOADS
 from bench.harness.results import args_dict, levels, save
 from bench.harness.servers import (BaselineServer, LlamaServer, OpenVINOEngine, OpenVINOServer, PeerServer,
                                    Stack, VllmServer)
-from bench.harness.stats import summarize
+from bench.harness.stats import percentile, summarize
 from common.models import EMBEDDED_GGUF, EMBEDDED_PACKAGE, resolve_model
 from common.settings import Settings
 
@@ -85,6 +85,7 @@ def interleaved(servers: dict, args) -> dict[str, list[dict]]:
     core_use = {name: CoreUse(server_parts(server, args.redis_url)) for name, server in servers.items()}
     for clients in args.levels:
         pooled = {name: ([], 0.0) for name in servers}
+        per_round = {name: [] for name in servers}
         cpu = {name: {} for name in servers}
         per_client = requests_per_client(clients, args.requests_per_client, args.min_requests)
         for round_, name in turns(list(servers), args.rounds):
@@ -95,12 +96,13 @@ def interleaved(servers: dict, args) -> dict[str, list[dict]]:
                 cpu[name][part] = cpu[name].get(part, 0.0) + seconds
             row = summarize(clients, samples, wall)
             print(f"{name:12s} round {round_ + 1} {json.dumps(row)}", flush=True)
+            per_round[name].append(row["tokens_per_s"])
             pooled[name] = (pooled[name][0] + samples, pooled[name][1] + wall)
             # vLLM's compute process polls for about a second after its last request, on the
             # core the next server computes on: let it stop before the next turn starts
             time.sleep(args.settle_s)
         for name, (samples, wall) in pooled.items():
-            results[name].append({**summarize(clients, samples, wall),
+            results[name].append({**summarize(clients, samples, wall), "rounds": per_round[name],
                                   "cores": shares(cpu[name], wall, core_use[name].cores)})
     return results
 
@@ -287,9 +289,20 @@ def compare(args) -> None:
               for base in ("llmq-vllm", "llmq-openvino", "vllm-server", "llama-server", "llama-lookup")]
     for ours, theirs in pairs:
         if ours in results and theirs in results:
-            ratios = [o["tokens_per_s"] / t["tokens_per_s"] for o, t in zip(results[ours], results[theirs])]
-            print(f"{ours} / {theirs}: " + ", ".join(f"{r:.2f}x at {c}" for r, c in zip(ratios, args.levels)))
+            print(f"{ours} / {theirs}: " + ", ".join(
+                f"{o['tokens_per_s'] / t['tokens_per_s']:.2f}x{round_ratios(o, t)} at {c}"
+                for o, t, c in zip(results[ours], results[theirs], args.levels)))
     write_compare(args, results)
+
+
+def round_ratios(ours: dict, theirs: dict) -> str:
+    """The ratio of two servers' tokens/s within each round, as " (rounds 0.91-1.02, median 0.97)".
+    Each round's two turns ran minutes apart at most, so on a host whose speed drifts from round to
+    round these say more than the ratio of the pooled figures does; empty for a single round."""
+    ratios = sorted(o / t for o, t in zip(ours.get("rounds", []), theirs.get("rounds", [])) if t)
+    if len(ratios) < 2:
+        return ""
+    return f" (rounds {ratios[0]:.2f}-{ratios[-1]:.2f}, median {percentile(ratios, 50):.2f})"
 
 
 def write_compare(args, results: dict[str, list[dict]]) -> Path:
