@@ -5,14 +5,15 @@
 
 Each candidate is built as a worker builds it (exported once if it must be) and driven in process
 by N closed-loop clients (N: `LLMQ_MAX_BATCH_SIZE`, the batch a worker runs) with greedy requests
-for `--seconds` after a warm-up; generated tokens per second decide. The requests are short
-questions, or, with `--prompt-tokens`, each brings a context of its own of about that many tokens
-(a document, retrieved passages, an agent's history): engines differ more in how fast they read a
-long prompt than in how fast they write, so a deployment whose prompts are long should say so.
-The record (worker/tuning.py) is what `LLMQ_ENGINE=auto` / `LLMQ_WEIGHTS=auto` workers then serve with.
-Default candidates: OpenVINO int8; OpenVINO bf16 where the CPU computes bf16 natively; vLLM's
-CPU build where it is installed. int4 and raw GGUF weights are left out for their quality
-(docs/engines.md); name them in --candidates to measure them anyway, knowing that.
+for `--seconds` after a warm-up; generated tokens per second decide, a lead of under 5% going to
+the candidate listed first (`tuning.choose`). The requests are short questions, or, with
+`--prompt-tokens`, each brings a context of its own of about that many tokens (a document,
+retrieved passages, an agent's history): engines differ more in how fast they read a long prompt
+than in how fast they write, so a deployment whose prompts are long should say so. The record
+(worker/tuning.py) is what `LLMQ_ENGINE=auto` / `LLMQ_WEIGHTS=auto` workers then serve with.
+Default candidates, in order of preference: OpenVINO int8; OpenVINO bf16 where the CPU computes
+bf16 natively; vLLM's CPU build where it is installed. int4 and raw GGUF weights are left out for
+their quality (docs/engines.md); name them in --candidates to measure them anyway, knowing that.
 """
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ from common.settings import Settings, get_settings
 from worker.engine.loop import EngineLoop
 from worker.engine.registry import build_engine
 from worker.engine.sequence import EngineRequest, Sampling
-from worker.tuning import Candidate, host_signature, write_record
+from worker.tuning import Candidate, choose, host_signature, write_record
 
 log = logging.getLogger("llmq.tune")
 PROMPTS = ("Explain how a lighthouse works.", "Write a short story about a cat who learns to sail.",
@@ -130,7 +131,8 @@ def main(argv: list[str] | None = None) -> Candidate:
     parser.add_argument("--clients", type=int, help="concurrent requests (default: LLMQ_MAX_BATCH_SIZE)")
     parser.add_argument("--seconds", type=float, default=20.0, help="measured time per candidate")
     parser.add_argument("--max-tokens", type=int, default=64)
-    parser.add_argument("--candidates", help="e.g. openvino:int8,openvino:bf16,vllm (default: see above)")
+    parser.add_argument("--candidates",
+                        help="e.g. openvino:int8,openvino:bf16,vllm, most preferred first (default: see above)")
     parser.add_argument("--prompt-tokens", type=int, default=0,
                         help="each request's own context, in tokens, where the deployment's prompts are long "
                              "(default: short questions)")
@@ -154,7 +156,7 @@ def main(argv: list[str] | None = None) -> Candidate:
         results[candidate.label] = measure(settings, args.model, candidate, clients, args.seconds, args.max_tokens,
                                            args.prompt_tokens)
         log.info("%s: %.1f tokens/s", candidate.label, results[candidate.label])
-    winner = max(candidates, key=lambda c: results[c.label])
+    winner = choose(candidates, results)
     path = write_record(settings, model_name, clients, results, winner, args.prompt_tokens)
     print(f"{model_name} on {host_signature()} at {clients} clients: " +
           ", ".join(f"{k} {v:.1f} tokens/s" for k, v in results.items()) + f"; serving with {winner.label} ({path})")

@@ -16,7 +16,7 @@ from tests.support.settings import cleanup_namespace, make_settings, settings_en
 from tests.support.waiting import wait_until
 from worker.engine.registry import choose_engine
 from worker.tune import PROMPTS, Prompts
-from worker.tuning import Candidate, host_signature, read_record, resolve, write_record
+from worker.tuning import Candidate, choose, host_signature, read_record, resolve, write_record
 
 MODEL = "SmolLM2-135M-Instruct"
 
@@ -80,7 +80,9 @@ def test_tune_measures_and_a_worker_serves_with_the_winner(tmp_path, start_worke
     record = read_record(settings, model_ref.name)
     assert set(record["tokens_per_s"]) == {"hf", "openvino:int8"} and all(record["tokens_per_s"].values())
     winner = Candidate(**record["winner"])
-    assert record["tokens_per_s"][winner.label] == max(record["tokens_per_s"].values())
+    speeds = record["tokens_per_s"]
+    assert winner.label == "openvino:int8" and speeds["openvino:int8"] == max(speeds.values()) or \
+        winner.label == "hf" and speeds["hf"] >= 0.95 * max(speeds.values())
     start_worker(settings)
     server = LiveServer(create_app(settings))
     try:
@@ -94,3 +96,14 @@ def test_tune_measures_and_a_worker_serves_with_the_winner(tmp_path, start_worke
     finally:
         server.stop()
         cleanup_namespace(settings)
+
+
+def test_a_lead_within_measurement_noise_keeps_the_preferred_candidate(tuned):
+    int8, bf16, vllm = Candidate("openvino", "int8"), Candidate("openvino", "bf16"), Candidate("vllm", "-")
+    # as measured on a 2-core AVX2 host at 16 clients: bf16 1.8% ahead of int8, a tie
+    assert choose([int8, bf16, vllm], {"openvino:int8": 88.0, "openvino:bf16": 89.6, "vllm": 64.0}) == int8
+    assert choose([int8, bf16, vllm], {"openvino:int8": 88.0, "openvino:bf16": 95.0, "vllm": 64.0}) == bf16
+    assert choose([vllm, int8], {"openvino:int8": 88.0, "vllm": 85.0}) == vllm  # the order given is the preference
+    write_record(tuned, MODEL, 4, {"openvino:int8": 88.0, "openvino:bf16": 89.6}, int8)
+    settings, choice = resolve(tuned, MODEL)
+    assert settings.weights == "int8" and "preferred within 5% of the fastest" in choice["why"]
