@@ -296,13 +296,15 @@ def compare(args) -> None:
 
 
 def round_ratios(ours: dict, theirs: dict) -> str:
-    """The ratio of two servers' tokens/s within each round, as " (rounds 0.91-1.02, median 0.97)".
-    Each round's two turns ran minutes apart at most, so on a host whose speed drifts from round to
-    round these say more than the ratio of the pooled figures does; empty for a single round."""
+    """The ratio of two servers' tokens/s within each round, as " (rounds 0.91-1.02, median 0.97)"
+    (the median from three rounds up). Each round's two turns ran minutes apart at most, so on a
+    host whose speed drifts from round to round these say more than the ratio of the pooled
+    figures does; empty for a single round."""
     ratios = sorted(o / t for o, t in zip(ours.get("rounds", []), theirs.get("rounds", [])) if t)
     if len(ratios) < 2:
         return ""
-    return f" (rounds {ratios[0]:.2f}-{ratios[-1]:.2f}, median {percentile(ratios, 50):.2f})"
+    median = f", median {percentile(ratios, 50):.2f}" if len(ratios) > 2 else ""
+    return f" (rounds {ratios[0]:.2f}-{ratios[-1]:.2f}{median})"
 
 
 def write_compare(args, results: dict[str, list[dict]]) -> Path:
