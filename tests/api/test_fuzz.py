@@ -166,7 +166,9 @@ def test_schemathesis(case):
     webhook = isinstance(case.body, dict) and case.body.get("webhook") is not None
     # Nor can it say that a tool_choice names one of the tools, or that two tools differ in name.
     tools = isinstance(case.body, dict) and (case.body.get("tools") or case.body.get("tool_choice"))
-    excluded = [positive_data_acceptance] if webhook or tools else []
+    # Nor which prompt_lookup a request may name: only its model's own setting (else a 400).
+    lookup = isinstance(case.body, dict) and case.body.get("prompt_lookup") is not None
+    excluded = [positive_data_acceptance] if webhook or tools or lookup else []
     if (case.method, case.path) == ("POST", "/v1/files"):
         # a multipart part is bytes whatever "type" the fuzzer meant (an integer file is the
         # file "0"), and no schema can say that a file's bytes must be UTF-8
