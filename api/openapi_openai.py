@@ -263,7 +263,7 @@ def paths() -> dict:
                      "requestBody": {"required": True,
                                      "content": {"application/json": {"schema": _ref("BatchCreate")}}},
                      "responses": {"200": _json(_ref("Batch"), "the batch, validating"),
-                                   **_errors(400, 401, 404, 503)}},
+                                   **_errors(400, 401, 404, 413, 503)}},
             "get": {"summary": "List your batches", "parameters": [
                 _AFTER, _param("limit", "query", {"type": "integer", "minimum": 1, "maximum": 100})],
                     "responses": {"200": _json(_ref("BatchList"), "a page of batches, newest first"),
