@@ -12,7 +12,8 @@ Side by side with other servers, all driven with the same OpenAI streaming chat 
 model, so llmq-on-vLLM against it is the queue's cost; `--openvino-server`: the same for the
 OpenVINO engine (its pipeline, built as llmq builds it, behind bench/harness/openvino_app.py);
 `--openvino-engine`: that pipeline with no server at all, driven in process by the same closed-loop
-load (bench/harness/engine_app.py), the ceiling of llmq on OpenVINO;
+load (bench/harness/engine_app.py), the ceiling of llmq on OpenVINO (`--engine-variant bf16:LLMQ_WEIGHTS=bf16`
+one more, the ceiling of `--variant bf16:...` beside it);
 `--llama-server`: llama.cpp's server binary, built from source, on `--gguf`, by default the
 embedded model's GGUF. All of them run at once and take turns, `--rounds` times, so the
 machine's drift is shared rather than handed to the last.)
@@ -162,6 +163,10 @@ def main() -> None:
     parser.add_argument("--openvino-engine", action="store_true",
                         help="also the same pipeline driven in process by closed-loop clients, no server "
                              "(bench/harness/engine_app.py): the ceiling of llmq on OpenVINO")
+    parser.add_argument("--engine-variant", action="append", default=[], metavar="NAME:VAR=VALUE[,VAR=VALUE]",
+                        help="one more in-process OpenVINO driver (as --openvino-engine), named "
+                             "openvino-engine-NAME, with these settings changed: the ceiling of the "
+                             "--variant of the same NAME (e.g. bf16:LLMQ_WEIGHTS=bf16); repeatable")
     parser.add_argument("--llama-server", default=os.environ.get("LLAMA_SERVER"),
                         help="path of a built llama.cpp llama-server binary (or LLAMA_SERVER)")
     parser.add_argument("--gguf", help="GGUF for llama-server (default: the embedded model's)")
@@ -243,6 +248,9 @@ def compare(args) -> None:
                                                         stack_env("openvino"))
         if args.openvino_engine:
             servers["openvino-engine"] = OpenVINOEngine(args.model, logs / "openvino-engine", stack_env("openvino"))
+        for name, changes in map(parse_variant, args.engine_variant):
+            servers[f"openvino-engine-{name}"] = OpenVINOEngine(args.model, logs / f"openvino-engine-{name}",
+                                                                {**stack_env("openvino"), **changes})
         if args.llama_server:
             llama = functools.partial(LlamaServer, args.llama_server, args.gguf or str(embedded_gguf()), logs,
                                       threads=len(os.sched_getaffinity(0)), slots=batch)
@@ -281,18 +289,25 @@ def compare(args) -> None:
         for r in rows:
             print(f"{name:15s} | {r['clients']:>3} clients | "
                   + " ".join(f"{part} {share:.2f}" for part, share in r["cores"].items()))
-    pairs = [("llmq-vllm", "vllm-server"), ("llmq-vllm", "llama-server"), ("llmq-hf", "llama-server"),
-             ("llmq-openvino", "openvino-server"), ("llmq-openvino", "openvino-engine"),
-             ("openvino-server", "openvino-engine"), ("llmq-openvino", "vllm-server"),
-             ("llmq-openvino", "llama-server")]
-    pairs += [(f"llmq-{name}", base) for name, _ in map(parse_variant, args.variant)
-              for base in ("llmq-vllm", "llmq-openvino", "vllm-server", "llama-server", "llama-lookup")]
-    for ours, theirs in pairs:
+    for ours, theirs in compared_pairs([name for name, _ in map(parse_variant, args.variant)]):
         if ours in results and theirs in results:
             print(f"{ours} / {theirs}: " + ", ".join(
                 f"{o['tokens_per_s'] / t['tokens_per_s']:.2f}x{round_ratios(o, t)} at {c}"
                 for o, t, c in zip(results[ours], results[theirs], args.levels)))
     write_compare(args, results)
+
+
+def compared_pairs(variants: list[str]) -> list[tuple[str, str]]:
+    """The (ours, theirs) servers whose tokens/s the run sets side by side, where both ran: llmq
+    against each peer and its engine's ceiling, and each `--variant` NAME against the stacks,
+    the peers and its own ceiling, `--engine-variant` NAME."""
+    pairs = [("llmq-vllm", "vllm-server"), ("llmq-vllm", "llama-server"), ("llmq-hf", "llama-server"),
+             ("llmq-openvino", "openvino-server"), ("llmq-openvino", "openvino-engine"),
+             ("openvino-server", "openvino-engine"), ("llmq-openvino", "vllm-server"),
+             ("llmq-openvino", "llama-server")]
+    return pairs + [(f"llmq-{name}", base) for name in variants
+                    for base in ("llmq-vllm", "llmq-openvino", "vllm-server", "llama-server", "llama-lookup",
+                                 f"openvino-engine-{name}")]
 
 
 def round_ratios(ours: dict, theirs: dict) -> str:

@@ -1,7 +1,8 @@
-"""The benchmark's ratio of two servers within each round: what a noisy host's run is read by."""
+"""Which servers the benchmark sets side by side, and their ratio within each round: what a noisy
+host's run is read by."""
 from __future__ import annotations
 
-from bench.bench import round_ratios
+from bench.bench import compared_pairs, round_ratios
 
 
 def test_ratios_are_taken_round_by_round_and_summed_up_by_range_and_median():
@@ -17,3 +18,10 @@ def test_two_rounds_show_their_range_without_a_median():
 def test_one_round_has_no_spread_to_show():
     assert round_ratios({"rounds": [30.0]}, {"rounds": [25.0]}) == ""
     assert round_ratios({}, {}) == ""
+
+
+def test_a_variant_is_set_beside_its_own_engine_ceiling_and_the_peers():
+    pairs = compared_pairs(["bf16"])
+    assert ("llmq-bf16", "openvino-engine-bf16") in pairs
+    assert ("llmq-bf16", "vllm-server") in pairs and ("llmq-openvino", "openvino-engine") in pairs
+    assert ("llmq-bf16", "openvino-engine") not in pairs  # another weight format's ceiling says nothing of it
