@@ -12,8 +12,9 @@ Side by side with other servers, all driven with the same OpenAI streaming chat 
 model, so llmq-on-vLLM against it is the queue's cost; `--openvino-server`: the same for the
 OpenVINO engine (its pipeline, built as llmq builds it, behind bench/harness/openvino_app.py);
 `--openvino-engine`: that pipeline with no server at all, driven in process by the same closed-loop
-load (bench/harness/engine_app.py), the ceiling of llmq on OpenVINO; `--engine-variant NAME:VAR=VALUE`:
-one more such driver with settings changed, the ceiling of the `--variant` of that NAME;
+load (bench/harness/engine_app.py), the ceiling of llmq on OpenVINO;
+`--engine-variant NAME:VAR=VALUE`: one more such driver with settings changed, the ceiling of the
+`--variant` of that NAME;
 `--llama-server`: llama.cpp's server binary, built from source, on `--gguf`, by default the
 embedded model's GGUF. All of them run at once and take turns, `--rounds` times, so the
 machine's drift is shared rather than handed to the last.)
