@@ -47,6 +47,16 @@ class Announcement(NamedTuple):
     data: str
 
 
+class Chunk(NamedTuple):
+    """A chunk to write with `append_chunks` (the arguments of `append_chunk`)."""
+    job_id: str
+    attempt: int
+    data: dict[str, Any]
+    token_ids: list[int] | None = None
+    ended: str | None = None
+    record: dict[str, Any] | None = None  # fields of the job's record to set with it
+
+
 def parse_announcement(message: str) -> Announcement | None:
     """The entry a channel message announces, or None for a message that only wakes."""
     parts = message.split(" ", 3)
@@ -94,12 +104,23 @@ class TokenLog:
         `chunks_written`). `token_ids` (the tokens the chunk's text came from) and `ended` (the
         finish reason, on a finished generation's last chunk) are kept in the entry, unannounced,
         for an attempt that continues the job (common/continuation.py)."""
-        return ChunkWrite(self._append_chunk(
-            keys=[self.keys.job(job_id)],
-            args=[*self.keys.job_layout(), attempt, "chunk", json.dumps(data), self.maxlen, self.job_ttl_s,
-                  data.get("index", ""), ",".join(map(str, token_ids or ())), ended or "",
-                  *encode_fields(record)],
-        ))
+        return ChunkWrite(self._append_chunk(**self._chunk_call(Chunk(job_id, attempt, data, token_ids,
+                                                                      ended, record))))
+
+    def append_chunks(self, chunks: list[Chunk]) -> list[ChunkWrite]:
+        """`append_chunk` for several jobs' chunks in one round trip: a worker's relay writes all
+        its jobs' new text at once. Each chunk is atomic on its own (its script), the batch is
+        not: after a Redis error any of them may have landed (`chunks_written` tells)."""
+        pipe = self.r.pipeline(transaction=False)
+        for chunk in chunks:
+            self._append_chunk(**self._chunk_call(chunk), client=pipe)
+        return [ChunkWrite(result) for result in pipe.execute()]
+
+    def _chunk_call(self, chunk: Chunk) -> dict[str, list]:
+        return {"keys": [self.keys.job(chunk.job_id)],
+                "args": [*self.keys.job_layout(), chunk.attempt, "chunk", json.dumps(chunk.data), self.maxlen,
+                         self.job_ttl_s, chunk.data.get("index", ""), ",".join(map(str, chunk.token_ids or ())),
+                         chunk.ended or "", *encode_fields(chunk.record or {})]}
 
     def chunks_written(self, job_id: str) -> int:
         """Chunks in the job's log since its run began (its last `restart`), for a writer that

@@ -1,7 +1,7 @@
 """Runs one job: the loop that ties its parts. A ticket picks the job (common/scheduling/), the
 claim fences it (worker/job_claims.py), the engine generates it while its text is relayed to the
-token log (worker/text_relay.py), and its end becomes status, cache and metrics
-(worker/job_outcome.py).
+token log (worker/text_relay.py; every job's by one thread, worker/relay_loop.py), and its end
+becomes status, cache and metrics (worker/job_outcome.py).
 
 Called from the Celery task; has no Celery in it, so it can be driven directly in tests.
 
@@ -36,7 +36,8 @@ from worker.job_outcome import JobOutcomes
 from worker.lease import Leases
 from worker.load_meter import LoadMeter
 from worker.metrics import WorkerMetrics
-from worker.text_relay import RelayPace, TextRelay
+from worker.relay_loop import RelayLoop, RelayPace
+from worker.text_relay import TextRelay
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +63,8 @@ class JobRunner:
         self.outcomes = JobOutcomes(self.claims, cache, metrics, meter)
         self.leases = leases or Leases(store, worker_name, self.claims.lease_ttl_s)
         self.cancels = CancelWatch(store, settings.cancel_poll_s)
-        self.pace = RelayPace(settings.stream_interval_ms / 1000, settings.stream_writes_per_s, lambda: loop.active)
+        self.relays = RelayLoop(self.token_log, RelayPace(settings.stream_interval_ms / 1000,
+                                                          settings.stream_writes_per_s, lambda: loop.active))
         self.picker = TicketPicker(store.fair, worker_name, settings, self.claims.retrying, send_ticket,
                                    free_slots, on_affinity=metrics.affinity_picked if metrics is not None else None)
 
@@ -90,6 +92,7 @@ class JobRunner:
         """Its model is unloaded (no job left): its watcher threads end."""
         self.picker.stop()
         self.cancels.stop()
+        self.relays.stop()
 
     def run(self, job_id: str) -> dict:
         if self.claims.expire_if_overdue(job_id):
@@ -153,12 +156,12 @@ class JobRunner:
         run_timeout = record.get("run_timeout_s") or self.settings.run_timeout_s
         relay = TextRelay(self.token_log, stream, lambda: self.loop.abort(job_id), job_id, attempt, so_far,
                           len(request["prompt_token_ids"]), bool(request["sampling"].get("logprobs")),
-                          self.pace, run_timeout)
+                          run_timeout)
         self.cancels.watch(job_id, relay.cancel)  # between writes, the worker's one watcher looks
         if record.get("priority") == "batch":
             self.picker.line_started(job_id, relay.preempt)
         try:
-            relay.run()
+            self.relays.relay(relay)
         finally:
             self.cancels.forget(job_id)
             self.picker.line_ended(job_id)

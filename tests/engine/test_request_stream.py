@@ -1,17 +1,14 @@
-"""A request's stream of outputs, from the engine loop to the job thread (no Redis, no model).
+"""A request's stream of outputs, from the engine loop to the worker's relay (no Redis, no model).
 
-The job thread takes outputs in bunches so that several decode steps cost one relay write; what
-matters is that a bunch waits until the time it was asked to and no longer, and that the end of a
-request is never held back. The stream's clock here is one the test moves, so "when" is what the
-test says, not what a loaded machine makes of it.
+The relay does not wait on each job's stream: it listens, and is woken only for outputs that cannot
+wait for its next tick (the first ones, the end of a request, a poke); the others gather and are
+drained together, so that several decode steps cost one relay write. The stream's clock here is
+one the test moves, so "when" is what the test says, not what a loaded machine makes of it.
 """
-import threading
+import math
 
-from tests.support.waiting import wait_until
 from worker.engine.loop import RequestStream
 from worker.engine.sequence import RequestOutput
-
-FOREVER = 3600  # a take's timeout that no test reaches: a reader that returns was woken
 
 
 class ManualClock:
@@ -24,96 +21,60 @@ class ManualClock:
         return self.now
 
 
-class Reader(threading.Thread):
-    """The job thread: one `take` from the stream, on a thread of its own."""
-
-    def __init__(self, stream: RequestStream, hold_until: float = 0.0, timeout: float = FOREVER):
-        super().__init__(daemon=True)
-        self.stream, self.hold_until, self.timeout = stream, hold_until, timeout
-        self.taken = None
-        self.start()
-
-    def run(self):
-        self.taken = self.stream.take(timeout=self.timeout, hold_until=self.hold_until)
-
-    def texts(self) -> list[str]:
-        wait_until(lambda: not self.is_alive(), timeout=10, message="the reader was not woken")
-        return [o.text for o in self.taken]
-
-    def still_waits(self) -> bool:
-        self.join(0.2)  # long enough for a wrongly woken reader to return
-        return self.is_alive()
-
-
 def output(text: str, finished: bool = False) -> RequestOutput:
     return RequestOutput("r", text, [ord(c) for c in text], finished=finished,
                          finish_reason="stop" if finished else None)
 
 
-def stream_and_clock() -> tuple[RequestStream, ManualClock]:
-    clock = ManualClock()
-    return RequestStream("r", clock=clock), clock
+def stream_and_clock() -> tuple[RequestStream, ManualClock, list[str]]:
+    """A stream on a manual clock, with a listener that notes each wake-up."""
+    clock, woken = ManualClock(), []
+    stream = RequestStream("r", clock=clock)
+    stream.listen(lambda: woken.append("woken"))
+    return stream, clock, woken
 
 
-def test_without_a_hold_the_first_output_is_taken_as_soon_as_it_comes():
-    stream, clock = stream_and_clock()
-    reader = Reader(stream)
-    assert reader.still_waits()
-    clock.now = 0.05
+def test_an_unheld_stream_wakes_its_listener_for_every_output():
+    stream, _, woken = stream_and_clock()
     stream.put(output("a"))
-    assert reader.texts() == ["a"]
     stream.put(output("b"))
-    assert [o.text for o in stream.take(timeout=0)] == ["b"]  # left for the next take
+    assert len(woken) == 2
+    assert [o.text for o in stream.drain()] == ["a", "b"] and stream.drain() == []
 
 
-def test_outputs_gather_until_the_hold_ends_and_are_taken_together():
-    stream, clock = stream_and_clock()
-    reader = Reader(stream, hold_until=0.3)
+def test_held_outputs_gather_without_a_wake_up_until_the_hold_ends():
+    stream, clock, woken = stream_and_clock()
+    stream.hold(0.3)
     for at, text in [(0.02, "a"), (0.06, "b"), (0.1, "c")]:
         clock.now = at
         stream.put(output(text))
-    assert reader.still_waits()  # not taken before the hold ends
+    assert woken == []
     clock.now = 0.3
-    assert reader.texts() == ["a", "b", "c"]  # nor kept past it
+    stream.put(output("d"))  # the hold is over: this one wakes the listener
+    assert len(woken) == 1
+    assert [o.text for o in stream.drain()] == ["a", "b", "c", "d"]
 
 
-def test_the_end_of_a_request_is_taken_at_once_whatever_the_hold():
-    stream, clock = stream_and_clock()
-    reader = Reader(stream, hold_until=FOREVER)
-    clock.now = 0.02
+def test_the_end_of_a_request_wakes_the_listener_whatever_the_hold():
+    stream, clock, woken = stream_and_clock()
+    stream.hold(math.inf)
     stream.put(output("a"))
-    clock.now = 0.05
     stream.put(output("b", finished=True))
-    assert reader.texts() == ["a", "b"] and reader.taken[-1].finished
-    assert clock.now < FOREVER
+    assert len(woken) == 1
+    taken = stream.drain()
+    assert [o.text for o in taken] == ["a", "b"] and taken[-1].finished
 
 
-def test_an_output_after_the_hold_wakes_the_reader_at_once():
-    stream, clock = stream_and_clock()
-    reader = Reader(stream, hold_until=0.05)
-    clock.now = 0.1  # the hold is over, nothing came: the reader waits for an output until its timeout
-    assert reader.still_waits()
-    clock.now = 0.3
-    stream.put(output("late"))
-    assert reader.texts() == ["late"]
+def test_a_poke_wakes_the_listener_with_no_output():
+    stream, _, woken = stream_and_clock()
+    stream.hold(math.inf)
+    stream.poke()
+    assert len(woken) == 1 and stream.drain() == []
 
 
-def test_nothing_due_within_the_timeout_gives_an_empty_bunch_and_keeps_what_is_held():
-    stream, clock = stream_and_clock()
-    reader = Reader(stream, hold_until=5, timeout=0.1)
-    assert reader.still_waits()
-    clock.now = 0.1
-    assert reader.texts() == []  # at its timeout, not at the hold
-    stream.put(output("held"))
-    reader = Reader(stream, hold_until=clock.now + 5, timeout=0.05)
-    clock.now += 0.05
-    assert reader.texts() == []  # still held
-    assert [o.text for o in stream.take(timeout=0.05)] == ["held"]
-    assert stream.get(timeout=0) is None
-
-
-def test_get_still_hands_out_one_output_at_a_time_in_order():
+def test_get_hands_out_one_output_at_a_time_in_order():
     stream = RequestStream("r")
     for text in "xyz":
         stream.put(output(text))
     assert [stream.get(timeout=1).text for _ in range(3)] == ["x", "y", "z"]
+    assert stream.get(timeout=0) is None

@@ -16,7 +16,7 @@ from common.sseclient import iter_sse
 from tests.support.scripted_jobs import RUNNER_SETTINGS, events_of, make_runner, queue_job
 from tests.support.settings import settings_fixture
 from tests.support.waiting import wait_until
-from worker.text_relay import RelayPace
+from worker.relay_loop import RelayPace
 
 
 # A fresh namespace per test (the `store` fixture's), with quick heartbeats and cancel polls.
@@ -216,15 +216,15 @@ def test_the_worker_refuses_a_job_that_waited_past_its_queue_deadline(store, set
 
 def test_redis_write_failures_are_buffered_and_nothing_is_lost(store, settings, monkeypatch):
     job = queue_job(store)
-    real_append, failures = store.token_log.append_chunk, {"left": 5}
+    real_append, failures = store.token_log.append_chunks, {"left": 5}
 
-    def flaky_append(*args, **kwargs):
+    def flaky_append(chunks):
         if failures["left"] > 0:
             failures["left"] -= 1
             raise redis.ConnectionError("Redis is restarting")
-        return real_append(*args, **kwargs)
+        return real_append(chunks)
 
-    monkeypatch.setattr(store.token_log, "append_chunk", flaky_append)
+    monkeypatch.setattr(store.token_log, "append_chunks", flaky_append)
     job_runner, _ = make_runner(store, settings, {job: "all of this text arrives"}, delay=0.01)
     job_runner.run(job)
     assert_whole_answer(store, job, "all of this text arrives")
@@ -243,16 +243,16 @@ def test_a_chunk_whose_reply_was_lost_is_neither_doubled_nor_dropped(store, sett
     """Redis ran the append and went down before replying: the runner sees an error, but the
     chunk is in the log. The next write must continue after it, not repeat it."""
     job = queue_job(store)
-    real_append, lost = store.token_log.append_chunk, {"left": 3}
+    real_append, lost = store.token_log.append_chunks, {"left": 3}
 
-    def append_then_lose_reply(*args, **kwargs):
-        result = real_append(*args, **kwargs)
+    def append_then_lose_reply(chunks):
+        result = real_append(chunks)
         if lost["left"] > 0:
             lost["left"] -= 1
             raise redis.ConnectionError("Connection closed by server")
         return result
 
-    monkeypatch.setattr(store.token_log, "append_chunk", append_then_lose_reply)
+    monkeypatch.setattr(store.token_log, "append_chunks", append_then_lose_reply)
     job_runner, _ = make_runner(store, settings, {job: "every word exactly once"}, delay=0.01)
     job_runner.run(job)
     assert_whole_answer(store, job, "every word exactly once")
@@ -262,18 +262,18 @@ def test_logprobs_go_with_their_text_through_lost_replies_and_failed_writes(stor
     """Each token's logprobs entry is logged once, in the chunk that carries its text, however
     the writes fail; the record keeps them all."""
     job = queue_job(store, top_logprobs=2)
-    real_append, faults = store.token_log.append_chunk, ["lose", "fail", "lose", "fail"]
+    real_append, faults = store.token_log.append_chunks, ["lose", "fail", "lose", "fail"]
 
-    def faulty_append(*args, **kwargs):
+    def faulty_append(chunks):
         fault = faults.pop(0) if faults else None
         if fault == "fail":
             raise redis.ConnectionError("Redis is restarting")
-        result = real_append(*args, **kwargs)
+        result = real_append(chunks)
         if fault == "lose":
             raise redis.ConnectionError("Connection closed by server")
         return result
 
-    monkeypatch.setattr(store.token_log, "append_chunk", faulty_append)
+    monkeypatch.setattr(store.token_log, "append_chunks", faulty_append)
     job_runner, _ = make_runner(store, settings, {job: "each token once"}, delay=0.01)
     job_runner.run(job)
     assert_whole_answer(store, job, "each token once")
@@ -328,3 +328,30 @@ def test_the_writes_limit_slows_each_jobs_relay(store, settings):
         assert_whole_answer(store, job, text)
         chunk_counts[writes_per_s] = len([d for e, d in events_of(store, job) if e == "chunk"])
     assert chunk_counts[2.5] * 2 < chunk_counts[0], chunk_counts
+
+
+def test_a_worker_writes_all_its_jobs_text_together_once_a_tick(store, settings, monkeypatch):
+    """Eight jobs decoding side by side: one thread writes their text, in one round trip a tick
+    carrying a chunk of each, instead of a write per job; each answer still arrives whole."""
+    jobs = [queue_job(store, max_tokens=100) for _ in range(8)]
+    text = "abcdefghij" * 5
+    real_append, batches, writers = store.token_log.append_chunks, [], set()
+
+    def counted_append(chunks):
+        batches.append(len(chunks))
+        writers.add(threading.get_ident())
+        return real_append(chunks)
+
+    monkeypatch.setattr(store.token_log, "append_chunks", counted_append)
+    paced = settings.model_copy(update={"stream_interval_ms": 100, "stream_writes_per_s": 0})
+    job_runner, _ = make_runner(store, paced, {job: text for job in jobs}, delay=0.01)
+    threads = [threading.Thread(target=job_runner.run, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    for job in jobs:
+        assert_whole_answer(store, job, text)
+    assert max(batches) >= 6, batches  # the ticks carry (nearly) every job's chunk
+    assert len(batches) * 2 < sum(batches), batches
+    assert len(writers) == 1  # one thread wrote them all

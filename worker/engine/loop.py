@@ -10,6 +10,7 @@ import logging
 import queue
 import threading
 import time
+from collections.abc import Callable
 
 from common.schemas import FinishReason
 from worker.engine.protocol import ContinuationRefused, Engine
@@ -19,32 +20,54 @@ log = logging.getLogger(__name__)
 
 
 class RequestStream:
-    """One request's outputs, from the engine loop to the thread that relays them.
+    """One request's outputs, from the engine loop to the worker's relay (or to a reader of `get`).
 
-    The reader may take them in bunches (`take`): outputs that come before its `hold_until` wait
-    in the stream, unless one ends the request, and are then taken together. Relaying a bunch
-    costs one Redis write and one SSE event per client instead of one per decode step, and on
-    a CPU those writes take cores from the model."""
+    The relay does not wait on each stream: it `listen`s, and is woken only when an output is due
+    (the first ones, until it `hold`s the stream; the one that ends the request; a `poke`); the
+    rest wait here and are `drain`ed together at its next tick. Relaying a bunch costs one Redis
+    write and one SSE event per client instead of one per decode step, and on a CPU every wake-up
+    and write takes a core from the model."""
 
     def __init__(self, request_id: str, clock=time.monotonic):
         self.request_id = request_id
-        self._clock = clock  # what `hold_until` is a time of (a test moves its own)
+        self._clock = clock  # what `hold`'s time is a time of (a test moves its own)
         self._outputs: collections.deque[RequestOutput] = collections.deque()
         self._ready = threading.Condition()
-        self._wake_from = 0.0  # monotonic time from which a new output wakes the reader
-        self._poked = False  # the reader has something to look at besides outputs
+        self._wake: Callable[[], None] | None = None  # the listener
+        self._wake_from = 0.0  # time from which a new output wakes the listener
 
     def put(self, output: RequestOutput) -> None:
         with self._ready:
             self._outputs.append(output)
-            if output.finished or self._clock() >= self._wake_from:
-                self._ready.notify()
+            self._ready.notify()
+            wake = self._wake if output.finished or self._clock() >= self._wake_from else None
+        if wake is not None:
+            wake()
+
+    def listen(self, wake: Callable[[], None]) -> None:
+        """Call `wake()` (on the engine loop's thread: it must be quick) when an output is due."""
+        with self._ready:
+            self._wake = wake
+
+    def hold(self, until: float) -> None:
+        """Outputs before `until` (a time of the stream's clock; `math.inf`: ever) wait without
+        waking the listener, except the one that ends the request."""
+        with self._ready:
+            self._wake_from = until
 
     def poke(self) -> None:
-        """Wake the reader now, outputs or not: its `take` returns (a cancel to act on)."""
+        """Wake the listener now, outputs or not (a cancel to act on)."""
         with self._ready:
-            self._poked = True
-            self._ready.notify()
+            wake = self._wake
+        if wake is not None:
+            wake()
+
+    def drain(self) -> list[RequestOutput]:
+        """Every output there now (none: [])."""
+        with self._ready:
+            taken = list(self._outputs)
+            self._outputs.clear()
+            return taken
 
     def get(self, timeout: float) -> RequestOutput | None:
         """The next output, or None if none came within `timeout` seconds."""
@@ -56,26 +79,6 @@ class RequestStream:
                     return None
                 self._ready.wait(left)
             return self._outputs.popleft()
-
-    def take(self, timeout: float, hold_until: float = 0.0) -> list[RequestOutput]:
-        """Every output there, once one is and `hold_until` (a time of the stream's clock) has
-        passed, or at once when one of them ends the request; [] if none is due within `timeout`
-        seconds or once `poke`d (what came meanwhile stays, for the next call)."""
-        end = self._clock() + timeout
-        with self._ready:
-            self._wake_from = hold_until
-            try:
-                while not (self._outputs and (self._outputs[-1].finished or self._clock() >= hold_until)):
-                    now = self._clock()
-                    if now >= end or self._poked:
-                        self._poked = False
-                        return []
-                    self._ready.wait((min(end, hold_until) if hold_until > now else end) - now)
-            finally:
-                self._wake_from = 0.0
-            taken = list(self._outputs)
-            self._outputs.clear()
-            return taken
 
 
 class EngineLoop:
