@@ -25,6 +25,7 @@ from worker.text_relay import TextRelay
 log = logging.getLogger(__name__)
 
 IDLE_WAKE_S = 1.0  # the loop looks at its jobs at least this often (text held back by a Redis outage)
+_LIVENESS_S = 30.0  # a job's thread, asleep while its text is relayed, checks the loop lives this often
 
 
 class RelayPace:
@@ -85,7 +86,7 @@ class RelayLoop:
                 self._thread = threading.Thread(target=self._run, name="text-relay", daemon=True)
                 self._thread.start()
         self._wake.set()
-        while not relaying.ended.wait(IDLE_WAKE_S):
+        while not relaying.ended.wait(_LIVENESS_S):
             if not self._thread.is_alive():
                 raise RuntimeError("the worker's relay loop died")
         if relaying.error is not None:
