@@ -104,8 +104,7 @@ class TokenLog:
         `chunks_written`). `token_ids` (the tokens the chunk's text came from) and `ended` (the
         finish reason, on a finished generation's last chunk) are kept in the entry, unannounced,
         for an attempt that continues the job (common/continuation.py)."""
-        return ChunkWrite(self._append_chunk(**self._chunk_call(Chunk(job_id, attempt, data, token_ids,
-                                                                      ended, record))))
+        return self.append_chunks([Chunk(job_id, attempt, data, token_ids, ended, record)])[0]
 
     def append_chunks(self, chunks: list[Chunk]) -> list[ChunkWrite]:
         """`append_chunk` for several jobs' chunks in one round trip: a worker's relay writes all
@@ -113,14 +112,13 @@ class TokenLog:
         not: after a Redis error any of them may have landed (`chunks_written` tells)."""
         pipe = self.r.pipeline(transaction=False)
         for chunk in chunks:
-            self._append_chunk(**self._chunk_call(chunk), client=pipe)
+            self._append_chunk(
+                keys=[self.keys.job(chunk.job_id)],
+                args=[*self.keys.job_layout(), chunk.attempt, "chunk", json.dumps(chunk.data), self.maxlen,
+                      self.job_ttl_s, chunk.data.get("index", ""), ",".join(map(str, chunk.token_ids or ())),
+                      chunk.ended or "", *encode_fields(chunk.record or {})],
+                client=pipe)
         return [ChunkWrite(result) for result in pipe.execute()]
-
-    def _chunk_call(self, chunk: Chunk) -> dict[str, list]:
-        return {"keys": [self.keys.job(chunk.job_id)],
-                "args": [*self.keys.job_layout(), chunk.attempt, "chunk", json.dumps(chunk.data), self.maxlen,
-                         self.job_ttl_s, chunk.data.get("index", ""), ",".join(map(str, chunk.token_ids or ())),
-                         chunk.ended or "", *encode_fields(chunk.record or {})]}
 
     def chunks_written(self, job_id: str) -> int:
         """Chunks in the job's log since its run began (its last `restart`), for a writer that

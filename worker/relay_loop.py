@@ -155,8 +155,6 @@ class RelayLoop:
             relay.stop_if_due(now)
             if relay.finish is not None:
                 self._end(relaying_one, None)
-            elif relay.wrote_here and not self.pace.every_step:
-                relay.stream.hold(math.inf)  # from now on its text waits for the ticks
 
     def _write(self, due: list[_Relaying]) -> None:
         """One chunk per due job, in one round trip."""
@@ -178,8 +176,10 @@ class RelayLoop:
                 relaying.relay.not_written(exc)
             return
         for (relaying, _), result in zip(sending, results):
+            relay, first = relaying.relay, not relaying.relay.wrote_here
             try:
-                relaying.relay.written(result)
+                if relay.written(result) and first and not self.pace.every_step:
+                    relay.stream.hold(math.inf)  # its first text is out: the rest waits for the ticks
             except Exception as exc:  # Superseded: another attempt owns the job
                 self._end(relaying, exc)
 
