@@ -92,8 +92,9 @@ class WebhookSender:
         wait = delivery["next_attempt_at"] - time.time()
         if wait > 0.05:  # a hop of a long wait (or a timer a little early): not due yet
             return Next(attempt, min(wait, max_countdown(self.settings)))
+        started = time.time()
         outcome = self.post(delivery)
-        return self._record(delivery, attempt, outcome)
+        return self._record(delivery, attempt, started, outcome)
 
     def post(self, delivery: dict) -> Outcome:
         """One signed POST. Redirects are not followed; the whole attempt (lookup, connect, send,
@@ -129,9 +130,12 @@ class WebhookSender:
             finally:
                 response.close()
 
-    def _record(self, delivery: dict, attempt: int, outcome: Outcome) -> Next | None:
+    def _record(self, delivery: dict, attempt: int, started: float, outcome: Outcome) -> Next | None:
+        """Store the attempt (stamped with when it began, like its `webhook-timestamp`) and decide
+        on the next: the horizon bounds when an attempt is scheduled, so one whose timer fires a
+        little late still goes out rather than being dropped for the worker's own delay."""
         now = time.time()
-        fields = {"last_attempt_at": now, "last_status_code": outcome.status,
+        fields = {"last_attempt_at": started, "last_status_code": outcome.status,
                   "last_error": outcome.error, "next_attempt_at": None}
         delay = None
         if outcome.status is not None and 200 <= outcome.status < 300:

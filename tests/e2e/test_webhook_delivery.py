@@ -110,7 +110,9 @@ def test_gives_up_at_the_retry_horizon_and_says_why(hooks, receiver):
     assert delivery["state"] == "failed" and delivery["last_status_code"] == 500
     assert "retry horizon" in delivery["last_error"]
     assert delivery["attempts"] == len(receiver.requests) >= 3
-    assert delivery["last_attempt_at"] <= delivery["created_at"] + 8.0
+    # every attempt is scheduled within the 8 s horizon; the last may start a little past it when
+    # its timer fires late on a loaded host (it is sent, not dropped for the worker's own delay)
+    assert delivery["last_attempt_at"] <= delivery["created_at"] + 8.0 + 0.5
 
 
 def test_a_private_address_is_refused_at_delivery(start_control_worker, receiver):
