@@ -31,7 +31,8 @@ from common.settings import Settings
 # Settings a catalog entry may set for its own model: how it is loaded and what a request may ask of it
 OVERRIDABLE = frozenset({"engine", "weights", "dtype", "kv_cache_mb", "max_batch_size", "max_model_len",
                          "prefix_cache_mb", "max_prefill_tokens", "max_tokens_cap", "default_max_tokens",
-                         "prompt_lookup", "prompt_lookup_tokens", "prompt_lookup_ngram"})
+                         "prompt_lookup", "prompt_lookup_tokens", "prompt_lookup_ngram",
+                         "openvino_activation_group"})
 
 
 class CatalogError(ValueError):

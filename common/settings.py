@@ -57,6 +57,12 @@ class Settings(BaseSettings):
         None, description="Python of the environment that holds optimum-intel, which exports "
                           "models to OpenVINO IR; default: .venv-export beside the running "
                           "environment (ops/common.sh makes it)")
+    openvino_activation_group: int | None = Field(
+        None, ge=0, description="int8/int4 weights on the OpenVINO engine: the CPU plugin quantizes "
+                                "activations to int8 in groups of this many values (OpenVINO's "
+                                "DYNAMIC_QUANTIZATION_GROUP_SIZE); larger groups step faster on CPUs "
+                                "with VNNI and round a little more, 0 leaves activations unquantized "
+                                "(slow in batches); unset: the plugin's default (docs/engines.md)")
     prompt_lookup: bool = Field(
         False, description="prompt-lookup (n-gram) speculative decoding on the OpenVINO and vLLM "
                            "engines: draft tokens are copied from the prompt where its last tokens "

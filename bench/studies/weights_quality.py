@@ -25,6 +25,8 @@ int8-quantized activations for int8/int4 weights (the table names the compute an
 the plugin compiled the raw IR at). The `fp32` row (included by default) runs those defaults on unrounded weights: the part
 of every row's difference that comes from the runtime, not the weights. `--runtime f32` runs
 every format at the reference's settings instead, leaving the weights as the only difference.
+`--dq-groups 64,128` adds a row per int8/int4 format and group size: the activations quantized in
+groups of that many values instead of the plugin's default (0: not quantized, left in bf16/f32).
 
 Needs openvino and openvino-genai (the project's .venv); exporting needs `.venv-export`
 (`bash -c 'source ops/common.sh; install_openvino_exporter'`).
@@ -166,6 +168,7 @@ def main() -> None:
     ap.add_argument("--gguf", type=Path, help="also a GGUF file read by OpenVINO directly (greedy agreement only)")
     ap.add_argument("--runtime", choices=("served", "f32"), default="served",
                     help="the formats under test at the plugin's defaults (as served) or at the reference's f32")
+    ap.add_argument("--dq-groups", default="", help="also int8/int4 with activations quantized in groups of these sizes")
     args = ap.parse_args()
     hf_dir = args.hf_dir.expanduser().resolve()
     given = {fmt: Path(path) for fmt, path in (item.split("=", 1) for item in args.ir)}
@@ -193,10 +196,15 @@ def main() -> None:
     rows = [f"| reference: fp32, {ref_precision} | "
             f"{(irs['fp32'] / 'openvino_model.bin').stat().st_size / 2**20:.0f} | 100% | "
             f"{np.mean([len(t) for t in ref_tokens]):.1f} (all) | {ref_ppl:.3f} | 0 | 0 | 100% |"]
-    for fmt in formats:
+    groups = [int(g) for g in args.dq_groups.split(",") if g]
+    runs = [(fmt, None) for fmt in formats] + [(fmt, g) for fmt in formats if fmt in ("int8", "int4") for g in groups]
+    for fmt, group in runs:
         start = time.perf_counter()
-        tokens = greedy(irs[fmt], runtime, prompts, args.new_tokens, stop)
-        logp, precision = log_probs(irs[fmt], runtime, text)
+        props = runtime if group is None else {**runtime, "DYNAMIC_QUANTIZATION_GROUP_SIZE": group}
+        tokens = greedy(irs[fmt], props, prompts, args.new_tokens, stop)
+        logp, precision = log_probs(irs[fmt], props, text)
+        if group is not None:
+            precision += f", activations in groups of {group}" if group else ", activations not quantized"
         logp = logp[:-1]
         ppl = float(np.exp(-logp[np.arange(len(targets)), targets].mean()))
         kl = float((np.exp(ref_logp) * (ref_logp - logp)).sum(axis=-1).mean())
@@ -206,7 +214,7 @@ def main() -> None:
         size = (irs[fmt] / "openvino_model.bin").stat().st_size / 2**20
         rows.append(f"| {fmt}, {precision} | {size:.0f} | {same:.0%} | {prefix:.1f} | {ppl:.3f} | "
                     f"{ppl / ref_ppl - 1:+.1%} | {kl:.4f} | {top1:.1%} |")
-        print(f"{fmt}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        print(f"{fmt} {group or ''}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
 
     if args.gguf:  # no raw model to take log-probabilities from: agreement only
         tokens = greedy(args.gguf, runtime, prompts, args.new_tokens, stop)

@@ -48,6 +48,20 @@ def test_int8_weights_agree_with_bf16_weights_above_the_floor(model_ref, prompts
     assert identical >= MIN_IDENTICAL and sum(prefixes) / len(prefixes) >= MIN_MEAN_COMMON_PREFIX
 
 
+def test_the_activation_group_reaches_the_plugin(model_ref, prompts):
+    """`openvino_activation_group` is passed to the plugin (the heartbeat says which) unless the
+    dtype is float32, which keeps activations exact. How much larger groups change the answers is
+    measured, not asserted here: bench/studies/weights_quality.py --dq-groups (docs/engines.md)."""
+    from worker.engine.openvino_core import plugin_properties
+
+    assert "DYNAMIC_QUANTIZATION_GROUP_SIZE" not in plugin_properties("auto", 2)
+    assert plugin_properties("auto", 2, 128)["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == 128
+    assert plugin_properties("float32", 2, 128)["DYNAMIC_QUANTIZATION_GROUP_SIZE"] == 0
+    engine, info = build(model_ref, weights="int8", dtype="auto", openvino_activation_group=128)
+    assert info["activation_group"] == 128
+    assert all(0 < len(ids) <= 16 for ids in token_ids(engine, prompts, 16, "group 128"))
+
+
 def test_the_gguf_file_is_served_as_it_is_when_asked(model_ref, prompts):
     engine, info = build(model_ref, weights="gguf")
     assert info["weights"] == "Q4_1" and info["source"].endswith(".gguf")

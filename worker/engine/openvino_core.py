@@ -195,19 +195,22 @@ def kv_block_bytes(model_dir: Path, kv_precision: str) -> int:
     return kv_bytes_per_token(model_dir, _PRECISION_BYTES[kv_precision]) * BLOCK_TOKENS
 
 
-def plugin_properties(dtype: str, cpus: int) -> dict[str, Any]:
+def plugin_properties(dtype: str, cpus: int, activation_group: int | None = None) -> dict[str, Any]:
     """The CPU plugin's settings: one thread per core of the worker's CPU set, and llmq's dtype as
     the precision of both the compute and the KV cache ('auto': bf16 where the CPU has native
     BF16, else f32, as llmq's auto). The plugin's own KV default, u8, is a few per cent faster,
     but a quantized cache made a seeded (or greedy) request's answer depend on what else was in
-    the batch: the same request twice gave two answers (docs/engines.md). float32 also keeps the
-    activations in f32 (the plugin quantizes them to int8 for int8/int4 weights), for results that
-    must match a float reference."""
+    the batch: the same request twice gave two answers (docs/engines.md). With int8/int4 weights
+    the plugin quantizes activations to int8 too, in groups of `activation_group` values (None:
+    its default); float32 keeps them in f32 whatever the group, for results that must match a
+    float reference."""
     precision = _PRECISIONS.get(dtype) or default_precision()
     props: dict[str, Any] = {"INFERENCE_NUM_THREADS": cpus, "INFERENCE_PRECISION_HINT": precision,
                              "KV_CACHE_PRECISION": precision}
     if dtype == "float32":
         props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = 0
+    elif activation_group is not None:
+        props["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = activation_group
     return props
 
 
@@ -270,7 +273,7 @@ def build_pipeline(source: Path, model_dir: Path, settings) -> tuple[Any, dict[s
     import openvino_genai as ov
 
     cpus = len(os.sched_getaffinity(0))
-    props = plugin_properties(settings.dtype, cpus)
+    props = plugin_properties(settings.dtype, cpus, settings.openvino_activation_group)
     block_bytes = kv_block_bytes(model_dir, props["KV_CACHE_PRECISION"])
     scheduler = ov.SchedulerConfig()
     scheduler.num_kv_blocks = max(1, settings.kv_cache_mb * 2**20 // block_bytes)
@@ -285,5 +288,6 @@ def build_pipeline(source: Path, model_dir: Path, settings) -> tuple[Any, dict[s
     info = {"kv_capacity_tokens": scheduler.num_kv_blocks * BLOCK_TOKENS,
             "step_tokens": scheduler.max_num_batched_tokens, "prefix_caching": scheduler.enable_prefix_caching,
             "dtype": compute_dtype(props), "threads": cpus,
+            "activation_group": props.get("DYNAMIC_QUANTIZATION_GROUP_SIZE", "default"),
             "prompt_lookup": {"tokens": lookup[0], "ngram": lookup[1]} if lookup else False}
     return pipeline, info
