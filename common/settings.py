@@ -62,7 +62,7 @@ class Settings(BaseSettings):
                                 "activations to int8 in groups of this many values (OpenVINO's "
                                 "DYNAMIC_QUANTIZATION_GROUP_SIZE); larger groups step faster on CPUs "
                                 "with VNNI and round a little more, 0 leaves activations unquantized "
-                                "(slow in batches); unset: the plugin's default (docs/engines.md)")
+                                "(no int8 dot products); unset: the plugin's default (docs/engines.md)")
     prompt_lookup: bool = Field(
         False, description="prompt-lookup (n-gram) speculative decoding on the OpenVINO and vLLM "
                            "engines: draft tokens are copied from the prompt where its last tokens "
