@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 PORTS = range(8300, 8400)  # the ports this project's tests may listen on
@@ -11,14 +12,19 @@ PORTS = range(8300, 8400)  # the ports this project's tests may listen on
 class Receiver:
     """`script(...)` sets the answers, in order, as (status, headers, delay_s) or (status, headers,
     delay_s, trickle_s): the answer then goes out one byte every `trickle_s`. Once they run out
-    every request gets 200. `requests` holds {'headers', 'body', 'path', 'at'} per request received."""
+    every request gets 200. `requests` holds {'headers', 'body', 'path', 'at'} per request received.
+
+    Each receiver listens on a path of its own: the next test's receiver often gets the same port,
+    and a delivery still on its way from an earlier test must not count as the next one's. Such a
+    stray request is answered 410 Gone (the sender stops) and not recorded."""
 
     def __init__(self):
         self.requests: list[dict] = []
         self._script: list[tuple[int, dict, float]] = []
         self._lock = threading.Condition()
+        self.hook_path = f"/hook/{uuid.uuid4().hex[:12]}"
         self.server = self._bind()
-        self.url = f"http://127.0.0.1:{self.server.server_port}/hook"
+        self.url = f"http://127.0.0.1:{self.server.server_port}{self.hook_path}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def _bind(self) -> ThreadingHTTPServer:
@@ -27,6 +33,11 @@ class Receiver:
         class Handler(BaseHTTPRequestHandler):
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
+                if self.path.split("?")[0] != receiver.hook_path:
+                    self.send_response(410)  # an earlier receiver's delivery, still retrying
+                    self.send_header("content-length", "0")
+                    self.end_headers()
+                    return
                 with receiver._lock:
                     receiver.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()},
                                               "body": body, "path": self.path, "at": time.monotonic()})
