@@ -214,7 +214,8 @@ def main() -> None:
         size = (irs[fmt] / "openvino_model.bin").stat().st_size / 2**20
         rows.append(f"| {fmt}, {precision} | {size:.0f} | {same:.0%} | {prefix:.1f} | {ppl:.3f} | "
                     f"{ppl / ref_ppl - 1:+.1%} | {kl:.4f} | {top1:.1%} |")
-        print(f"{fmt} {group or ''}: {time.perf_counter() - start:.0f} s", file=sys.stderr)
+        print(f"{fmt}{'' if group is None else f', group {group}'}: {time.perf_counter() - start:.0f} s",
+              file=sys.stderr)
 
     if args.gguf:  # no raw model to take log-probabilities from: agreement only
         tokens = greedy(args.gguf, runtime, prompts, args.new_tokens, stop)

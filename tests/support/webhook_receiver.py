@@ -34,9 +34,7 @@ class Receiver:
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("content-length", 0)))
                 if self.path.split("?")[0] != receiver.hook_path:
-                    self.send_response(410)  # an earlier receiver's delivery, still retrying
-                    self.send_header("content-length", "0")
-                    self.end_headers()
+                    self._answer(410, {})  # an earlier receiver's delivery, still retrying
                     return
                 with receiver._lock:
                     receiver.requests.append({"headers": {k.lower(): v for k, v in self.headers.items()},
@@ -47,7 +45,10 @@ class Receiver:
                 time.sleep(delay)
                 if trickle:
                     self._trickle(status, headers, trickle[0])
-                    return
+                else:
+                    self._answer(status, headers)
+
+            def _answer(self, status, headers):
                 try:
                     self.send_response(status)
                     for name, value in headers.items():
