@@ -25,7 +25,8 @@ int8-quantized activations for int8/int4 weights (the table names the compute an
 the plugin compiled the raw IR at). The `fp32` row (included by default) runs those defaults on unrounded weights: the part
 of every row's difference that comes from the runtime, not the weights. `--runtime f32` runs
 every format at the reference's settings instead, leaving the weights as the only difference.
-`--dq-groups 64,128` adds a row per int8/int4 format and group size: the activations quantized in
+`int8-asym` is optimum-cli's own int8, with a zero point per channel (what llmq exported before
+its int8 became symmetric), for comparison. `--dq-groups 64,128` adds a row per int8/int4 format and group size: the activations quantized in
 groups of that many values instead of the plugin's default (0: not quantized, left in bf16/f32).
 
 Needs openvino and openvino-genai (the project's .venv); exporting needs `.venv-export`
@@ -53,7 +54,8 @@ ROOT = Path(__file__).resolve().parents[2]
 # optimum-cli's arguments per format: the worker's own (optimum-intel 2.2 has no bf16 weight
 # format: the worker's "bf16" is fp16 weights, computed in bf16 on a CPU with native BF16)
 EXPORT_ARGS = {"fp32": ["--weight-format", "fp32"], "fp16": EXPORT_FORMATS["bf16"],
-               "int8": EXPORT_FORMATS["int8"], "int4": EXPORT_FORMATS["int4"]}
+               "int8": EXPORT_FORMATS["int8"], "int4": EXPORT_FORMATS["int4"],
+               "int8-asym": ["--weight-format", "int8"]}  # int8 with zero points, for comparison
 REFERENCE = {"INFERENCE_PRECISION_HINT": "f32", "KV_CACHE_PRECISION": "f32", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
 SERVED = plugin_properties("auto", len(os.sched_getaffinity(0)))  # what the worker asks for
 

@@ -48,6 +48,24 @@ def test_int8_weights_agree_with_bf16_weights_above_the_floor(model_ref, prompts
     assert identical >= MIN_IDENTICAL and sum(prefixes) / len(prefixes) >= MIN_MEAN_COMMON_PREFIX
 
 
+def test_int8_weights_are_exported_symmetric_into_a_folder_of_their_own(model_ref):
+    """int8 weights carry one scale per output channel and no zero point: signed weights, no
+    unsigned ones and no subtraction of a zero point before each matmul, the form that decodes
+    faster on a CPU without int8 dot products (docs/engines.md). The export an older llmq made
+    with zero points, in the folder named after the format alone, is not the one served."""
+    import openvino as ov
+
+    from worker.engine.openvino_model import choose_source
+
+    settings = make_settings(engine="openvino", weights="int8")
+    source, weights = choose_source(model_ref, settings)
+    assert weights == "int8" and source.name != f"{model_ref.disk_name}-int8"
+    model = ov.Core().read_model(source / "openvino_model.xml")
+    constants = [op.get_element_type() for op in model.get_ops() if op.get_type_name() == "Constant"]
+    assert constants.count(ov.Type.i8) > 0 and constants.count(ov.Type.u8) == 0
+    assert not [op for op in model.get_ops() if op.get_type_name() == "Subtract"]
+
+
 def test_the_activation_group_reaches_the_plugin(model_ref, prompts):
     """`openvino_activation_group` is passed to the plugin (the heartbeat says which) unless the
     dtype is float32, which keeps activations exact. How much larger groups change the answers is
