@@ -26,8 +26,9 @@ the plugin compiled the raw IR at). The `fp32` row (included by default) runs th
 of every row's difference that comes from the runtime, not the weights. `--runtime f32` runs
 every format at the reference's settings instead, leaving the weights as the only difference.
 `int8-asym` is optimum-cli's own int8, with a zero point per channel (what llmq exported before
-its int8 became symmetric), for comparison. `--dq-groups 64,128` adds a row per int8/int4 format and group size: the activations quantized in
-groups of that many values instead of the plugin's default (0: not quantized, left in bf16/f32).
+its int8 became symmetric), for comparison. `--dq-groups 64,128` adds a row per int8/int4 format
+and group size: the activations quantized in groups of that many values instead of the plugin's
+default (0: not quantized, left in bf16/f32).
 
 Needs openvino and openvino-genai (the project's .venv); exporting needs `.venv-export`
 (`bash -c 'source ops/common.sh; install_openvino_exporter'`).
