@@ -76,7 +76,7 @@ def test_interactive_work_after_a_quiet_spell_preempts_a_batch_line_which_starts
         try:
             start_control_worker(settings)
             start_worker(settings)
-            lines = [chat_line(f"line-{i}", f"Write a long story about the number {i}.", max_tokens=400)
+            lines = [chat_line(f"line-{i}", f"Write a long story about the number {i}.", max_tokens=200)
                      for i in range(4)]
             batch = create_batch(server.url, upload(server.url, lines))
             deadline = time.monotonic() + 60
@@ -87,7 +87,7 @@ def test_interactive_work_after_a_quiet_spell_preempts_a_batch_line_which_starts
             urgent = submit(server.url, prompt="Quick: name a colour.", max_tokens=8, cache=False)
             done = wait_for_job(server.url, urgent["id"], timeout=60)
             assert done["status"] == "succeeded"
-            assert done["started_at"] - done["created_at"] < 1.5, done  # not after a 400-token line
+            assert done["started_at"] - done["created_at"] < 1.5, done  # not after a 200-token line
 
             state = wait_batch(server.url, batch["id"], timeout=300)
             assert state["status"] == "completed" and state["request_counts"]["completed"] == len(lines), state
