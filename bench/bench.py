@@ -42,7 +42,7 @@ from bench.harness.clients import baseline_request, llmq_request, openai_request
 from bench.harness.load import drive, drive_server, requests_per_client, turns
 from bench.harness.measures import CoreUse, redis_server_pid, shares
 from bench.harness.prompts import WORKLOADS
-from bench.harness.results import args_dict, levels, save
+from bench.harness.results import args_dict, levels, parse_variant, save
 from bench.harness.servers import (BaselineServer, LlamaServer, OpenVINOEngine, OpenVINOServer, PeerServer,
                                    Stack, VllmServer)
 from bench.harness.stats import percentile, summarize
@@ -123,12 +123,6 @@ def server_parts(server, redis_url: str) -> dict[str, tuple[int, str]]:
     if redis_pid:
         parts["redis"] = (redis_pid, "all")
     return parts
-
-
-def parse_variant(text: str) -> tuple[str, dict[str, str]]:
-    """`nice0:LLMQ_VLLM_RELAY_NICE=0,LLMQ_X=1` as ("nice0", {"LLMQ_VLLM_RELAY_NICE": "0", ...})."""
-    name, _, changes = text.partition(":")
-    return name, dict(change.split("=", 1) for change in changes.split(",") if change)
 
 
 def embedded_gguf() -> Path:

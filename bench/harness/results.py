@@ -12,6 +12,12 @@ def levels(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
+def parse_variant(text: str) -> tuple[str, dict[str, str]]:
+    """`nice0:LLMQ_VLLM_RELAY_NICE=0,LLMQ_X=1` as ("nice0", {"LLMQ_VLLM_RELAY_NICE": "0", ...})."""
+    name, _, changes = text.partition(":")
+    return name, dict(change.split("=", 1) for change in changes.split(",") if change)
+
+
 def args_dict(args: argparse.Namespace) -> dict[str, str]:
     """The arguments of a run, as text, for its result file."""
     return {k: str(v) for k, v in vars(args).items()}

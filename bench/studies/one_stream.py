@@ -31,11 +31,11 @@ from unittest import mock
 
 from bench.harness.llmq_pipeline import llmq_pipeline
 from bench.harness.prompts import story
-from bench.harness.results import args_dict, save
+from bench.harness.results import args_dict, parse_variant, save
 from bench.harness.servers import LlamaServer
 from common.prompting import PromptBuilder
 from common.settings import Settings
-from worker.engine.openvino_core import plugin_properties
+from worker.engine.openvino_core import plugin_properties, read_new_tokens
 
 LLAMA = "llama.cpp"
 
@@ -59,7 +59,7 @@ def openvino_ms_per_token(pipeline, prompt_ids: list[int], max_tokens: int) -> f
     while pipeline.has_non_finished_requests():
         pipeline.step()
         if handle.can_read():
-            made += sum(len(out.generated_ids) for out in handle.read().values())
+            made += len(read_new_tokens(handle)[0])
             first = first or time.perf_counter()
     return (time.perf_counter() - first) * 1000 / max(1, made - 1)
 
@@ -113,9 +113,8 @@ def main() -> None:
 
     base = {"LLMQ_MODEL": args.model} if args.model else {}
     variants = {"openvino": base}
-    for text in args.variant:
-        name, _, changes = text.partition(":")
-        variants[name] = {**base, **dict(change.split("=", 1) for change in changes.split(",") if change)}
+    for name, changes in map(parse_variant, args.variant):
+        variants[name] = {**base, **changes}
     pipelines, settings, sources = {}, {}, {}
     for name, changes in variants.items():
         settings[name] = variant_settings(changes)
