@@ -28,7 +28,11 @@ def make_celery(settings: Settings, consumer: bool = False) -> Celery:
     redelivers it once it has been unacked for `visibility_timeout_s`. Live workers renew the
     messages they hold every heartbeat (`worker.lease`), so the timeout is the crash-detection
     delay, not a bound on job length; each worker sweeps for lost messages every
-    `broker_restore_interval_s`. Prefetch 1 per thread: a worker reserves only as many jobs as its
+    `broker_restore_interval_s`. A sweep holds kombu's restore lock (`unacked_mutex`) while it
+    runs; a worker killed mid-sweep leaves the lock held until it expires, and kombu's default
+    expiry (five minutes) would hold back every lost job that long. It expires after one
+    visibility timeout instead: a crash costs at most one more timeout, and two sweeps that
+    overlap are harmless (each message is restored in a transaction, once). Prefetch 1 per thread: a worker reserves only as many jobs as its
     engine can batch, leaving the rest on the queue for other workers. A message is a ticket
     for the model's fair queue (`common/scheduling/fair_queue.py`), which decides which job runs, priorities
     included; the priority lists stay configured so older clients' messages are still read.
@@ -45,6 +49,7 @@ def make_celery(settings: Settings, consumer: bool = False) -> Celery:
         "visibility_timeout": settings.visibility_timeout_s,
         "unacked_restore_interval": settings.broker_restore_interval_s,
         "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": settings.visibility_timeout_s,
         "global_keyprefix": keys.broker_prefix,
         "queue_order_strategy": "priority",
         "priority_steps": sorted(set(PRIORITY_LEVELS.values())),

@@ -282,6 +282,28 @@ def test_a_job_that_keeps_killing_workers_is_failed_not_retried_forever(stack):
     assert ok["status"] == "succeeded"
 
 
+def test_a_worker_killed_holding_the_restore_lock_delays_redelivery_by_seconds(stack):
+    """Workers sweep for lost jobs under kombu's restore lock, and a worker killed mid-sweep leaves
+    it held. Here the lock is taken as kombu takes it, by a sweeper that never comes back, and the
+    job's worker is killed: the job is back within seconds (the lock lapses after one visibility
+    timeout), not after the five minutes kombu holds it by default."""
+    if stack.worker is None or stack.worker.proc.poll() is not None:
+        stack.start()
+    job_id = stack.submit(**COUNTING)
+    stack.wait_until_generating(job_id)
+    with make_celery(stack.settings).connection_for_write() as conn:
+        channel = conn.default_channel
+        lock = channel.client.lock(channel.unacked_mutex_key, timeout=channel.unacked_mutex_expire)
+        wait_until(lambda: lock.acquire(blocking=False), timeout=10, interval=0.05)  # a live sweep may hold it
+        stack.worker.kill()
+    stack.start()
+    # redelivered after the visibility timeout, once the lock has lapsed and a sweep has run
+    wait_until(lambda: stack.job(job_id)["attempts"] == 2, timeout=2 * VISIBILITY_S + 30, interval=0.5,
+               message="the job was not redelivered while a dead sweeper's lock was held")
+    final = wait_for_job(stack.url, job_id, timeout=300)
+    assert final["status"] == "succeeded" and final["attempts"] == 2, final
+
+
 class ResponsesStream(threading.Thread):
     """A streamed background response through the `openai` package, kept open across the crash."""
 
