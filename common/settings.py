@@ -88,7 +88,9 @@ class Settings(BaseSettings):
         60.0, ge=0, description="how long a model a worker holds must have had no queued or running "
                                 "job before the worker may unload it for another")
     cpus: str | None = Field(None, description="CPU set for the worker, e.g. '0-1' or '0,2'")
-    torch_threads: int | None = None
+    torch_threads: int | None = Field(None, description="threads an engine on torch (hf, vllm's "
+                                                     "parent process) computes with; default: one per "
+                                                     "core of the worker's CPU set")
     cancel_poll_s: float = Field(0.1, gt=0, description="how often a worker looks for cancels of the "
                                                     "jobs it runs (one read for all of them)")
     heartbeat_s: float = 5.0

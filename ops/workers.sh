@@ -4,7 +4,7 @@
 #   bash ops/workers.sh status | stop
 #
 # The CPUs this shell may use are split into one disjoint set per worker (python -m worker.pinning):
-# each CPU worker gets its own set (sched_setaffinity, torch threads = its size) and each GPU
+# each CPU worker gets its own set (sched_setaffinity; its engine's threads = its size) and each GPU
 # worker one set plus its GPUs (CUDA_VISIBLE_DEVICES). A GPU worker owns a group of
 # LLMQ_VLLM_TENSOR_PARALLEL_SIZE x LLMQ_VLLM_PIPELINE_PARALLEL_SIZE GPUs (1 by default): --gpu G
 # takes the first G GPUs in consecutive groups of that size, --gpu-groups names the groups

@@ -22,12 +22,6 @@ from worker.pinning import keep_off_the_compute_cores, parse_cpus, yield_to_the_
 log = logging.getLogger("worker")
 
 
-def pin(cpus: str | None, torch_threads: int | None) -> None:
-    import torch
-
-    if cpus:
-        os.sched_setaffinity(0, parse_cpus(cpus))
-    torch.set_num_threads(torch_threads or len(os.sched_getaffinity(0)))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -45,7 +39,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--metrics-port", type=int, default=settings.metrics_port,
                         help="serve Prometheus metrics on this port (0: off)")
     args = parser.parse_args(argv)
-    settings = settings.model_copy(update={"metrics_port": args.metrics_port})
+    # torch's threads are set by the engines that compute with it (`pinning.set_torch_threads`)
+    settings = settings.model_copy(update={"metrics_port": args.metrics_port, "torch_threads": args.threads})
 
     setup_logging(settings, "worker")
     try:
@@ -53,7 +48,8 @@ def main(argv: list[str] | None = None) -> None:
         preload = _preload(catalog, args.models)
     except CatalogError as exc:
         sys.exit(f"llmq worker: {exc}")
-    pin(args.cpus, args.threads)
+    if args.cpus:
+        os.sched_setaffinity(0, parse_cpus(args.cpus))
     from worker.held_models import HeldModels
     from worker.metrics import serve_held_metrics
     from worker.runtime import worker_stores

@@ -10,12 +10,12 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from collections.abc import Callable
 
 import redis
-import torch
 
 from common.catalog import CatalogModel
 from common.models import ModelRef
@@ -122,12 +122,14 @@ class WorkerRuntime:
         info = {
             "name": self.name, "model": self.model.name, "queue": self.queue, "pid": os.getpid(),
             "engine": self.engine_kind, "max_batch_size": self.settings.max_batch_size,
-            "cpus": sorted(os.sched_getaffinity(0)), "torch_threads": torch.get_num_threads(),
+            "cpus": sorted(os.sched_getaffinity(0)),
             "steps": stats.steps, "tokens_generated": stats.tokens_generated,
             "max_batch_seen": stats.max_batch_size, "updated_at": time.time(),
             "running": self.loop.active, "metrics_port": self.settings.metrics_port,
             **self.engine_info,
         }
+        if torch := sys.modules.get("torch"):  # an engine on torch (an OpenVINO worker never loads it)
+            info["torch_threads"] = torch.get_num_threads()
         self.meter.observe(stats.tokens_generated, busy=self.loop.active > 0, steps_total=stats.steps)
         info.update(self.meter.snapshot())
         info.update(self.process_info())

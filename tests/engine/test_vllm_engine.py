@@ -219,14 +219,22 @@ def test_auto_engine_is_vllm_on_a_gpu_openvino_on_a_cpu_else_hf(monkeypatch):
 
     import torch
 
+    from worker.engine import registry
     from worker.engine.registry import choose_engine
 
     def installed(*names):
         monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name in names else None)
 
+    def cuda_asked():
+        raise AssertionError("torch was asked about CUDA on a machine without a GPU driver")
+
     installed("vllm", "openvino_genai")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setattr(registry, "gpu_driver_present", lambda: False)
+    monkeypatch.setattr(torch.cuda, "is_available", cuda_asked)
     assert choose_engine("auto") == "openvino"  # CPU: OpenVINO, even with vLLM's CPU build there
+    monkeypatch.setattr(registry, "gpu_driver_present", lambda: True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a driver, but no GPU for torch
+    assert choose_engine("auto") == "openvino"
     installed("vllm")
     assert choose_engine("auto") == "hf"  # CPU without OpenVINO: never vLLM unasked
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)

@@ -185,7 +185,9 @@ def build(settings, model) -> tuple[HFEngine, dict]:
     from worker.engine.prefix_cache import PrefixCache
     from worker.engine.runner_hf import HFModelRunner
     from worker.engine.structured import StructuredOutput
+    from worker.pinning import set_torch_threads
 
+    set_torch_threads(settings)
     runner = HFModelRunner(model.path, settings.dtype, settings.max_batch_size, settings.max_model_len)
     per_token = runner.kv_bytes_per_token
     if settings.prefix_cache_mb:

@@ -68,6 +68,7 @@ class OpenVINOEngine:
                                   name="openvino-core", daemon=True)
         process.start()
         child_conn.close()
+        tokenizer = load_tokenizer(model_dir)  # while the core compiles the model, on another core
         try:
             kind, detail = conn.recv()
         except EOFError:
@@ -76,7 +77,7 @@ class OpenVINOEngine:
             raise RuntimeError(detail)
         info = {**info, **detail, "load_s": round(time.monotonic() - started, 2)}
         log.info("OpenVINO pipeline ready on %s in %.1f s: %s", source, info["load_s"], info)
-        engine = cls(process, conn, load_tokenizer(model_dir), info)
+        engine = cls(process, conn, tokenizer, info)
         # A process that exits without closing its engine (a test, a bench) must still end its core,
         # which ignores SIGTERM: `close` has to run before multiprocessing's exit handler joins the
         # core. atexit runs the last registered first, but multiprocessing moves its handler last

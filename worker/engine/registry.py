@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
 
 from worker.engine.protocol import Engine, EngineUnavailable
 
@@ -49,8 +50,16 @@ def choose_engine(setting: str) -> str:
         return setting
     import importlib.util
 
-    import torch
+    if importlib.util.find_spec("vllm") and gpu_driver_present():
+        import torch
 
-    if torch.cuda.is_available() and importlib.util.find_spec("vllm"):
-        return "vllm"
+        if torch.cuda.is_available():
+            return "vllm"
     return "openvino" if importlib.util.find_spec("openvino_genai") else "hf"
+
+
+def gpu_driver_present() -> bool:
+    """Whether this machine has a GPU driver (NVIDIA's or AMD's) to ask about: only then is it
+    worth loading torch to ask whether CUDA works, which takes seconds of a worker's start and
+    a few hundred MiB that a worker of a CPU engine never uses otherwise."""
+    return any(os.path.exists(device) for device in ("/dev/nvidiactl", "/dev/kfd"))

@@ -23,7 +23,7 @@ from worker.engine.detokenizer import Decoder, load_tokenizer
 from worker.engine.output import OutputProcessor
 from worker.engine.protocol import ContinuationRefused, EngineStats
 from worker.engine.sequence import EngineRequest, RequestOutput, Sampling, TokenLogprobs, model_request
-from worker.pinning import cpu_binding_env, parallel_layout, relay_delay_s
+from worker.pinning import cpu_binding_env, parallel_layout, relay_delay_s, set_torch_threads
 
 log = logging.getLogger(__name__)
 
@@ -287,5 +287,6 @@ class VLLMEngine:
 
 def build(settings, model) -> tuple[VLLMEngine, dict]:
     """The vLLM engine for the worker, and what the heartbeat says of it."""
+    set_torch_threads(settings)
     engine = VLLMEngine(model.path, settings)
     return engine, engine.info
