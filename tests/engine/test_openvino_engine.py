@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -14,7 +15,7 @@ from common.prompting import PromptBuilder
 from tests.support import ROOT
 from tests.support.engines import token_ids
 from tests.support.settings import make_settings
-from worker.engine.sequence import EngineRequest, Sampling
+from worker.engine.sequence import EngineRequest, ResponseFormat, Sampling
 
 pytest.importorskip("openvino_genai", reason="the OpenVINO engine is not installed")
 pytestmark = pytest.mark.slow
@@ -175,7 +176,7 @@ def test_steps_leave_the_gil_to_the_job_threads(prompts):
               "from common.models import embedded_model\n"
               "from tests.support.settings import make_settings\n"
               "from worker.engine.registry import build_engine\n"
-              "from worker.engine.sequence import EngineRequest, Sampling\n"
+              "from worker.engine.sequence import EngineRequest, ResponseFormat, Sampling\n"
               "settings = make_settings(engine='openvino', kv_cache_mb=128, max_batch_size=8)\n"
               "engine, info = build_engine(settings, embedded_model(settings, prepare=True))\n"
               f"prompts = {prompts!r}\n"
@@ -200,3 +201,23 @@ def test_the_core_process_ends_with_close(model_ref):
     assert engine.process.is_alive()
     engine.close()
     assert not engine.process.is_alive()
+
+
+def test_json_output_leaves_the_core_without_the_grammar_library(model_ref, prompts):
+    """The worker makes a JSON request's grammar and hands the core its text, so the core, which
+    holds the model, never loads xgrammar nor the torch it imports (seconds of the first JSON
+    request, and hundreds of MiB); the grammar still holds the answer to the schema."""
+    schema = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"],
+              "additionalProperties": False}
+    engine, _ = build(model_ref)
+    try:
+        fmt = ResponseFormat("json_schema", json.dumps(schema))
+        engine.add_request(EngineRequest("js", prompts[3], Sampling(max_tokens=40, temperature=0, response_format=fmt)))
+        text = ""
+        while engine.has_unfinished():
+            text += "".join(output.text for output in engine.step())
+        assert text.startswith('{"n":'), text
+        libraries = Path(f"/proc/{engine.process.pid}/maps").read_text()
+        assert "xgrammar" not in libraries and "libtorch" not in libraries
+    finally:
+        engine.close()

@@ -15,7 +15,9 @@ message wakes threads of the worker, and on a small CPU every wake-up takes a co
 pipeline's compute threads for a moment, which all of them then wait for: one message a step
 made a single stream markedly slower than the pipeline alone (docs/benchmarks.md).
 
-Messages to the core: ("add", request_id, prompt_ids, sampling), ("cancel", request_id), ("close",).
+Messages to the core: ("add", request_id, prompt_ids, sampling, grammar), ("cancel", request_id),
+("close",); `grammar` is the EBNF text a request's JSON output must follow (the worker makes it
+from `sampling.response_format`), else None.
 From it: ("ready", info) once, then ("steps", [(request_id, new_ids, reason, logprobs)], ignored_ids,
 [(batch_size, prefill)] per step), ("refused", request_id, message) for a request it could not
 take, ("failed", message) when a step raised. `reason` is None while a request runs, else a
@@ -112,9 +114,9 @@ class _Core:
         import numpy as np
         import openvino as ov
 
-        prompt_ids, sampling = args
+        prompt_ids, sampling, grammar = args
         try:
-            config = generation_config(sampling, self.stop_token_ids, self.lookup)
+            config = generation_config(sampling, self.stop_token_ids, self.lookup, grammar)
             ids = ov.Tensor(np.asarray([prompt_ids], dtype=np.int64))
             self.handles[request_id] = self.pipeline.add_request(self._next_id, ids, config)
             self._next_id += 1
@@ -232,12 +234,14 @@ def prompt_lookup(settings) -> tuple[int, int] | None:
     return (settings.prompt_lookup_tokens, settings.prompt_lookup_ngram) if settings.prompt_lookup else None
 
 
-def generation_config(sampling: Sampling, stop_token_ids: set[int], lookup: tuple[int, int] | None = None) -> Any:
+def generation_config(sampling: Sampling, stop_token_ids: set[int], lookup: tuple[int, int] | None = None,
+                      grammar: str | None = None) -> Any:
     """llmq's `Sampling` as OpenVINO's `GenerationConfig`. Stop strings are applied by llmq (see
     `output`); a request without a seed gets a random one, since OpenVINO's default seed would
     make every unseeded sampled request alike. A pipeline built with prompt lookup refuses any
     request whose config lacks its draft length and n-gram size (`lookup`), so every request there
-    carries them: it cannot opt out."""
+    carries them: it cannot opt out. `grammar` (EBNF, from `structured.json_grammar_ebnf`: the
+    HF engine's grammar, compact JSON with no free whitespace) constrains the output."""
     import openvino_genai as ov
 
     config = ov.GenerationConfig()
@@ -258,11 +262,8 @@ def generation_config(sampling: Sampling, stop_token_ids: set[int], lookup: tupl
         config.logprobs = 1  # the chosen token's logprob: all the pipeline computes
     if lookup is not None:
         config.num_assistant_tokens, config.max_ngram_size = lookup
-    if sampling.response_format is not None:  # the HF engine's grammar: compact JSON, no free whitespace
-        from worker.engine.structured import json_grammar_ebnf  # xgrammar loads torch: only when asked
-
-        config.structured_output_config = ov.StructuredOutputConfig(
-            grammar=json_grammar_ebnf(sampling.response_format))
+    if grammar is not None:
+        config.structured_output_config = ov.StructuredOutputConfig(grammar=grammar)
     return config
 
 

@@ -47,6 +47,7 @@ class OpenVINOEngine:
         self.processor = OutputProcessor(tokenizer, self.stats)  # the pipeline reports EOS as its own reason
         self.gate = AdmissionGate(info.get("kv_capacity_tokens") or 0)  # requests wait here for the core
         self._received: queue.Queue = queue.Queue()
+        self._grammars: dict[str, str] = {}  # request id -> its JSON grammar (EBNF), until sent to the core
         self._wake = lambda: None
         self._closing = False
         threading.Thread(target=self._receive, name="openvino-core-outputs", daemon=True).start()
@@ -102,9 +103,11 @@ class OpenVINOEngine:
             raise ValueError(f"the prompt ({len(model.prompt_token_ids)} tokens) does not fit the "
                              f"KV cache ({capacity} tokens; LLMQ_KV_CACHE_MB)")
         if request.sampling.response_format is not None:
-            from worker.engine.structured import json_grammar  # xgrammar loads torch: only when asked
+            # made here, where a schema no grammar enforces is refused, and handed to the core as
+            # text: only this process loads xgrammar (and the torch it imports), once
+            from worker.engine.structured import json_grammar_ebnf
 
-            json_grammar(request.sampling.response_format)  # a schema no grammar enforces: refused here
+            self._grammars[request.request_id] = json_grammar_ebnf(request.sampling.response_format)
         if request.sampling.logprobs and (reason := engine_refusal("openvino", request.sampling.top_logprobs)):
             raise ValueError(reason)
         self.processor.add(request, detok)
@@ -112,13 +115,15 @@ class OpenVINOEngine:
         self._send_admitted()
 
     def abort_request(self, request_id: str) -> None:
+        self._grammars.pop(request_id, None)
         if self.processor.cancel(request_id) and not self.gate.withdraw(request_id):
             self.conn.send(("cancel", request_id))
 
     def _send_admitted(self) -> None:
         """Hand the core the requests the gate lets through (see `openvino_gate` for why it waits)."""
         for request in self.gate.admit():
-            self.conn.send(("add", request.request_id, list(request.prompt_token_ids), request.sampling))
+            self.conn.send(("add", request.request_id, list(request.prompt_token_ids), request.sampling,
+                            self._grammars.pop(request.request_id, None)))
 
     def has_unfinished(self) -> bool:
         return self.processor.has_unfinished()
