@@ -11,9 +11,12 @@ A real Redis (own db, a fresh key namespace per module or test), the embedded mo
 - the shared stack (`stack_settings`, `stack_app`, `worker`, `live_api`, `control_worker`): one
   real model worker and control worker for the session, the API on a socket in front of them.
 - `hf_stack`: a worker on the reference engine (HF) and the API in front of it, for the session.
-- `start_worker`, `start_control_worker`: more workers, for settings of a test's own.
+- `start_worker`, `start_control_worker`: more workers, for settings of a test's own (the model
+  workers of a module stop after it).
 """
 from __future__ import annotations
+
+import itertools
 
 import pytest
 import redis
@@ -120,14 +123,16 @@ def prompts(model_ref):
 
 
 # --- real workers ----------------------------------------------------------------------------
-@pytest.fixture(scope="session")
-def start_worker(model_ref, tmp_path_factory):
-    """Factory: start a worker for some settings; all are stopped at the end of the session."""
+_worker_numbers = itertools.count()  # Celery node names unique across every factory of the session
+
+
+def _workers(tmp_path_factory):
+    """A factory that starts workers for some settings; generator: stops them all when closed."""
     started: list[WorkerProcess] = []
 
     def start(settings: Settings, concurrency: int | None = None, wait: bool = True,
               args: tuple[str, ...] = ()) -> WorkerProcess:
-        name = f"w{len(started)}-{settings.namespace}"
+        name = f"w{next(_worker_numbers)}-{settings.namespace}"
         worker = WorkerProcess(settings, name, tmp_path_factory.mktemp("logs") / f"{name}.log", concurrency,
                                args=args)
         started.append(worker)
@@ -138,6 +143,19 @@ def start_worker(model_ref, tmp_path_factory):
     yield start
     for worker in started:
         worker.stop()
+
+
+@pytest.fixture(scope="module")
+def start_worker(model_ref, tmp_path_factory):
+    """Factory: start a worker for some settings; the module's workers stop after its last test, so
+    none idles on through the session beside the modules that follow (a vLLM worker holds GiBs)."""
+    yield from _workers(tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def start_session_worker(model_ref, tmp_path_factory):
+    """Factory: the same, for the session's shared workers (stopped at the end of the session)."""
+    yield from _workers(tmp_path_factory)
 
 
 @pytest.fixture(scope="session")
@@ -168,9 +186,9 @@ def stack_settings():
 
 
 @pytest.fixture(scope="session")
-def worker(stack_settings, start_worker):
+def worker(stack_settings, start_session_worker):
     """The session's shared worker."""
-    return start_worker(stack_settings)
+    return start_session_worker(stack_settings)
 
 
 @pytest.fixture(scope="session")
@@ -193,9 +211,9 @@ def live_api(stack_app, worker):
 
 
 @pytest.fixture(scope="session")
-def hf_stack(start_worker):
+def hf_stack(start_session_worker):
     """A worker on the reference engine (HF) for the session, the API on a socket in front of it:
     (settings, URL), for the modules that check that engine by name; started by the first."""
     settings = make_settings(engine="hf", max_batch_size=8)
-    with worker_beside_api(start_worker, settings) as (_, url):
+    with worker_beside_api(start_session_worker, settings) as (_, url):
         yield settings, url
