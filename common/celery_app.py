@@ -32,8 +32,9 @@ def make_celery(settings: Settings, consumer: bool = False) -> Celery:
     runs; a worker killed mid-sweep leaves the lock held until it expires, and kombu's default
     expiry (five minutes) would hold back every lost job that long. It expires after one
     visibility timeout instead: a crash costs at most one more timeout, and two sweeps that
-    overlap are harmless (each message is restored in a transaction, once). Prefetch 1 per thread: a worker reserves only as many jobs as its
-    engine can batch, leaving the rest on the queue for other workers. A message is a ticket
+    overlap are harmless (each message is restored in a transaction, once). Prefetch 1 per
+    thread: a worker reserves only as many jobs as its engine can batch, leaving the rest on the
+    queue for other workers. A message is a ticket
     for the model's fair queue (`common/scheduling/fair_queue.py`), which decides which job runs, priorities
     included; the priority lists stay configured so older clients' messages are still read.
 

@@ -22,13 +22,12 @@ from worker.pinning import keep_off_the_compute_cores, parse_cpus, yield_to_the_
 log = logging.getLogger("worker")
 
 
-
-
 def main(argv: list[str] | None = None) -> None:
     settings = get_settings()
     parser = argparse.ArgumentParser(prog="python -m worker", description=__doc__)
     parser.add_argument("--cpus", default=settings.cpus, help="CPU set, e.g. 0-1 (default: all)")
-    parser.add_argument("--threads", type=int, default=settings.torch_threads, help="torch threads")
+    parser.add_argument("--threads", type=int, default=settings.torch_threads,
+                        help="threads of an engine on torch (default: one per core of --cpus)")
     parser.add_argument("--concurrency", type=int, default=None,
                         help="jobs held at once (default: the engines' max batch sizes)")
     parser.add_argument("--name", default=None, help="Celery node name")

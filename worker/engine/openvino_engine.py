@@ -102,14 +102,17 @@ class OpenVINOEngine:
         if capacity and len(model.prompt_token_ids) >= capacity:
             raise ValueError(f"the prompt ({len(model.prompt_token_ids)} tokens) does not fit the "
                              f"KV cache ({capacity} tokens; LLMQ_KV_CACHE_MB)")
+        grammar = None
         if request.sampling.response_format is not None:
             # made here, where a schema no grammar enforces is refused, and handed to the core as
             # text: only this process loads xgrammar (and the torch it imports), once
             from worker.engine.structured import json_grammar_ebnf
 
-            self._grammars[request.request_id] = json_grammar_ebnf(request.sampling.response_format)
+            grammar = json_grammar_ebnf(request.sampling.response_format)
         if request.sampling.logprobs and (reason := engine_refusal("openvino", request.sampling.top_logprobs)):
             raise ValueError(reason)
+        if grammar is not None:
+            self._grammars[request.request_id] = grammar
         self.processor.add(request, detok)
         self.gate.wait(model)
         self._send_admitted()
