@@ -148,13 +148,15 @@ def parallel_layout(settings, on_gpu: bool, cpus: set[int] | None = None) -> dic
     return {"tensor_parallel": tensor, "pipeline_parallel": pipeline, "ranks": ranks[:tensor * pipeline]}
 
 
-def set_torch_threads(settings) -> None:
-    """Torch's threads: `torch_threads`, or one per core of this process's CPU set. Called by the
-    engines that compute with torch as they are built, so that a worker of another engine (the
-    OpenVINO default) never loads torch: seconds of its start and a few hundred MiB."""
+def set_torch_threads(settings) -> int:
+    """Torch's threads: `torch_threads`, or one per core of this process's CPU set; returns how
+    many. Called by the engines that compute with torch as they are built (their heartbeat info
+    names the count), so that a worker of another engine (the OpenVINO default) never loads
+    torch: seconds of its start and a few hundred MiB."""
     import torch
 
     torch.set_num_threads(settings.torch_threads or len(os.sched_getaffinity(0)))
+    return torch.get_num_threads()
 
 
 def keep_off_the_compute_cores(reserved: int) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -128,8 +127,6 @@ class WorkerRuntime:
             "running": self.loop.active, "metrics_port": self.settings.metrics_port,
             **self.engine_info,
         }
-        if torch := sys.modules.get("torch"):  # an engine on torch (an OpenVINO worker never loads it)
-            info["torch_threads"] = torch.get_num_threads()
         self.meter.observe(stats.tokens_generated, busy=self.loop.active > 0, steps_total=stats.steps)
         info.update(self.meter.snapshot())
         info.update(self.process_info())

@@ -176,7 +176,7 @@ def test_steps_leave_the_gil_to_the_job_threads(prompts):
               "from common.models import embedded_model\n"
               "from tests.support.settings import make_settings\n"
               "from worker.engine.registry import build_engine\n"
-              "from worker.engine.sequence import EngineRequest, ResponseFormat, Sampling\n"
+              "from worker.engine.sequence import EngineRequest, Sampling\n"
               "settings = make_settings(engine='openvino', kv_cache_mb=128, max_batch_size=8)\n"
               "engine, info = build_engine(settings, embedded_model(settings, prepare=True))\n"
               f"prompts = {prompts!r}\n"

@@ -5,6 +5,7 @@ its next token, and a tail that could still grow into a stop string is held back
 """
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Protocol
 
 
@@ -19,8 +20,6 @@ def load_tokenizer(model_dir) -> Decoder:
     what `AutoTokenizer` returns for such a folder too: `AutoTokenizer` itself imports the
     model classes and torch, seconds of a worker's start that an OpenVINO worker otherwise
     never needs."""
-    from pathlib import Path
-
     if (Path(model_dir) / "tokenizer.json").is_file():
         from transformers import PreTrainedTokenizerFast
 

@@ -187,7 +187,7 @@ def build(settings, model) -> tuple[HFEngine, dict]:
     from worker.engine.structured import StructuredOutput
     from worker.pinning import set_torch_threads
 
-    set_torch_threads(settings)
+    threads = set_torch_threads(settings)
     runner = HFModelRunner(model.path, settings.dtype, settings.max_batch_size, settings.max_model_len)
     per_token = runner.kv_bytes_per_token
     if settings.prefix_cache_mb:
@@ -200,4 +200,4 @@ def build(settings, model) -> tuple[HFEngine, dict]:
     engine = HFEngine(runner, tokenizer, settings.max_batch_size, budget, settings.max_prefill_tokens,
                        structured)
     return engine, {"dtype": str(runner.dtype).removeprefix("torch."), "kv_capacity_tokens": budget,
-                    "prefix_caching": runner.prefix is not None}
+                    "prefix_caching": runner.prefix is not None, "torch_threads": threads}

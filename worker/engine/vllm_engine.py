@@ -287,6 +287,7 @@ class VLLMEngine:
 
 def build(settings, model) -> tuple[VLLMEngine, dict]:
     """The vLLM engine for the worker, and what the heartbeat says of it."""
-    set_torch_threads(settings)
+    threads = set_torch_threads(settings)
     engine = VLLMEngine(model.path, settings)
+    engine.info["torch_threads"] = threads
     return engine, engine.info
