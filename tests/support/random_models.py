@@ -86,12 +86,37 @@ def _built_by_this_recipe(out: Path) -> bool:
 def _remove_with_what_was_made_from_it(out: Path) -> None:
     """An older build and its exports, which would otherwise be served in its place: the OpenVINO
     IR folders `worker.engine.openvino_model.exported_dir` names after it (beside it, in the model
-    cache) and the GGUF files `bench.qwen_size_gguf` writes beside it."""
+    cache) and the GGUF files `bench.qwen_size_gguf` writes beside it. Every recipe built a qwen2
+    model with the embedded model's tokenizer: any other folder (the embedded model itself, a real
+    Qwen2.5) is not one of ours, and is refused rather than deleted."""
     if not out.exists():
         return
+    if not random_build(out):
+        raise ValueError(f"{out} holds a model that was not built here with random weights; "
+                         "it is left as it is (name another folder)")
     shutil.rmtree(out)
     for made in [*out.parent.glob(f"{out.name}-*.gguf"), *(out.parent / "openvino").glob(f"{out.name}-*")]:
         shutil.rmtree(made) if made.is_dir() else made.unlink()
+
+
+def random_build(folder: Path) -> bool:
+    """The folder holds a model built here, by this recipe or an older one: a qwen2 model that
+    borrows the embedded model's tokenizer."""
+    try:
+        model_type = json.loads((folder / "config.json").read_text()).get("model_type")
+    except (OSError, ValueError):
+        return False
+    return model_type == "qwen2" and borrows_embedded_tokenizer(folder)
+
+
+def borrows_embedded_tokenizer(folder: Path) -> bool:
+    """The folder's tokenizer is the embedded model's, byte for byte (true of that model too)."""
+    try:
+        tokenizer = (folder / "tokenizer.json").read_bytes()
+    except OSError:
+        return False
+    smol = embedded_model(Settings(), prepare=True).path
+    return tokenizer == (smol / "tokenizer.json").read_bytes()
 
 
 def default_out(tiny: bool = False) -> Path:
