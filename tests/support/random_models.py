@@ -75,11 +75,16 @@ def silent_ids(tokenizer_dir: Path, rows: int) -> list[int]:
     return sorted(silent)
 
 
-def _built_by_this_recipe(out: Path) -> bool:
+def _config(folder: Path) -> dict:
+    """The folder's config.json, or {} where there is none that reads."""
     try:
-        config = json.loads((out / "config.json").read_text())
+        return json.loads((folder / "config.json").read_text())
     except (OSError, ValueError):
-        return False
+        return {}
+
+
+def _built_by_this_recipe(out: Path) -> bool:
+    config = _config(out)
     return all(config.get(key) == value for key, value in RECIPE.items())
 
 
@@ -102,11 +107,7 @@ def _remove_with_what_was_made_from_it(out: Path) -> None:
 def random_build(folder: Path) -> bool:
     """The folder holds a model built here, by this recipe or an older one: a qwen2 model that
     borrows the embedded model's tokenizer."""
-    try:
-        model_type = json.loads((folder / "config.json").read_text()).get("model_type")
-    except (OSError, ValueError):
-        return False
-    return model_type == "qwen2" and borrows_embedded_tokenizer(folder)
+    return _config(folder).get("model_type") == "qwen2" and borrows_embedded_tokenizer(folder)
 
 
 def borrows_embedded_tokenizer(folder: Path) -> bool:
